@@ -1,0 +1,137 @@
+"""Turn whatever a caller hands us into an RGB ``PIL.Image``, exactly as the checkpoint does.
+
+The checkpoint's processor calls ``image.convert("RGB")`` (alpha dropped, no compositing), so
+every mode goes through that one call. Arrays and tensors must already be uint8 pixels: a float
+tensor has no single right mapping to bytes, so it is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from .errors import ImageTooLargeError, KimiInputError
+
+_ARRAY_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+
+
+def _bomb_limit() -> int | None:
+    limit = Image.MAX_IMAGE_PIXELS
+    return None if limit is None else 2 * int(limit)
+
+
+def check_pixel_count(width: int, height: int) -> None:
+    """Apply Pillow's decompression-bomb rule to any input, decoded or not."""
+    if width <= 0 or height <= 0:
+        raise KimiInputError(f"image has zero size ({width}x{height})")
+    limit = _bomb_limit()
+    if limit is not None and width * height > limit:
+        raise ImageTooLargeError(
+            f"image of {width}x{height} = {width * height} pixels exceeds Pillow's "
+            f"decompression-bomb limit of {limit} pixels (2 * PIL.Image.MAX_IMAGE_PIXELS)"
+        )
+
+
+def open_encoded(data: bytes | bytearray | memoryview | str | os.PathLike[str]) -> Image.Image:
+    """Open encoded bytes or a file path lazily (header only), with clear errors."""
+    source: Any = data
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        if len(data) == 0:
+            raise KimiInputError("image bytes are empty")
+        source = io.BytesIO(bytes(data))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(source)
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLargeError(f"encoded image rejected by Pillow: {exc}") from exc
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise KimiInputError(f"cannot decode image: {exc}") from exc
+    check_pixel_count(*image.size)
+    return image
+
+
+def _array_to_image(array: np.ndarray) -> Image.Image:
+    if array.dtype != np.uint8:
+        raise KimiInputError(
+            f"pixel arrays must be uint8 HWC, got dtype {array.dtype}; convert floats to "
+            "uint8 yourself (there is no single right rescaling)"
+        )
+    if array.ndim == 2:
+        array = array[:, :, None]
+    if array.ndim != 3 or array.shape[2] not in _ARRAY_MODES:
+        raise KimiInputError(
+            f"pixel arrays must be HxW, HxWx1, HxWx3 or HxWx4 uint8, got shape {array.shape}"
+        )
+    height, width, channels = array.shape
+    check_pixel_count(width, height)
+    mode = _ARRAY_MODES[channels]
+    squeezed = array[:, :, 0] if channels == 1 else array
+    return Image.fromarray(np.ascontiguousarray(squeezed), mode=mode)
+
+
+def image_size(obj: Any) -> tuple[int, int]:
+    """(width, height) of an input without decoding or converting its pixels."""
+    obj = _unwrap(obj)
+    if isinstance(obj, Image.Image):
+        return obj.size
+    if isinstance(obj, np.ndarray) or _is_tensor(obj):
+        shape = tuple(obj.shape)
+        if len(shape) < 2:
+            raise KimiInputError(f"pixel arrays must be at least 2-D, got shape {shape}")
+        return int(shape[1]), int(shape[0])
+    if isinstance(obj, (bytes, bytearray, memoryview, str, os.PathLike)):
+        return open_encoded(obj).size
+    raise KimiInputError(_type_message(obj))
+
+
+def _is_tensor(obj: Any) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "detach")
+
+
+def _unwrap(obj: Any) -> Any:
+    # vLLM wraps decoded media as MediaWithBytes(media=..., original_bytes=...).
+    if hasattr(obj, "media") and hasattr(obj, "original_bytes"):
+        return obj.media
+    return obj
+
+
+def _type_message(obj: Any) -> str:
+    return (
+        f"unsupported image type {type(obj).__name__}: expected PIL.Image.Image, a uint8 HWC "
+        "numpy array or torch tensor, encoded bytes, or a file path"
+    )
+
+
+def to_rgb_image(obj: Any) -> Image.Image:
+    """Return an RGB image with the checkpoint's pixels (``convert("RGB")``)."""
+    obj = _unwrap(obj)
+    if isinstance(obj, Image.Image):
+        image = obj
+        check_pixel_count(*image.size)
+    elif isinstance(obj, np.ndarray):
+        image = _array_to_image(obj)
+    elif _is_tensor(obj):
+        if obj.is_floating_point() or obj.is_complex():
+            raise KimiInputError(
+                f"pixel tensors must be uint8 HWC, got dtype {obj.dtype}; convert floats "
+                "to uint8 yourself"
+            )
+        image = _array_to_image(obj.detach().cpu().numpy())
+    elif isinstance(obj, (bytes, bytearray, memoryview, str, os.PathLike)):
+        image = open_encoded(obj)
+    else:
+        raise KimiInputError(_type_message(obj))
+    if image.mode == "RGB":
+        return image
+    try:
+        return image.convert("RGB")
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLargeError(str(exc)) from exc
+    except (OSError, ValueError) as exc:
+        raise KimiInputError(f"cannot convert image of mode {image.mode!r} to RGB: {exc}") from exc

@@ -1,0 +1,149 @@
+"""Pad + normalize-by-table + patchify in one pass over a resized uint8 frame.
+
+Why a dedicated kernel: upstream's fused kernel walks the output element by element with five
+integer div/mods each and scatters writes over the three channel planes; on 2 cores it is slower
+than plain numpy. Here the loop is patch-major: each (parallel) iteration fills one output patch
+``[3, p, p]`` contiguously, reading a p x p window of the frame that stays in cache.
+
+Thread/fork safety: numba's ``workqueue`` layer (the one vLLM forces) aborts on concurrent entry
+from two threads, and GNU OpenMP aborts in forked children of a process that used it. So every
+launch holds one process-wide lock (re-created in forked children), the ``workqueue`` layer is
+selected unless the user chose a layer, and a forked child of a process that launched a
+fork-unsafe layer runs a serial build of the same kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+_FORK_UNSAFE_LAYERS = frozenset({"omp"})
+
+
+def patchify_numpy(
+    frame: np.ndarray, lut: np.ndarray, out: np.ndarray, grid_h: int, grid_w: int, p: int
+) -> None:
+    """Vectorized numpy version with identical output (used when numba is not installed)."""
+    height, width = frame.shape[:2]
+    canvas = np.zeros((grid_h * p, grid_w * p, 3), dtype=np.uint8)
+    canvas[:height, :width] = frame
+    mapped = np.empty((3, grid_h * p, grid_w * p), dtype=lut.dtype)
+    for c in range(3):
+        np.take(lut[c], canvas[:, :, c], out=mapped[c])
+    patches = mapped.reshape(3, grid_h, p, grid_w, p).transpose(1, 3, 0, 2, 4)
+    out.reshape(grid_h, grid_w, 3, p, p)[...] = patches
+
+
+class _Kernels:
+    """Lazily compiled numba kernels plus the state that keeps their launches safe."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.load_lock = threading.Lock()
+        self.loaded = False
+        self.parallel: Callable[..., None] | None = None
+        self.serial: Callable[..., None] | None = None
+        self.launch_pid: int | None = None
+        self.launch_layer: str | None = None
+        self.numba_error: str | None = None
+
+    def load(self) -> None:
+        if self.loaded:
+            return
+        with self.load_lock:
+            if not self.loaded:
+                self._import()
+                self.loaded = True
+
+    def _import(self) -> None:
+        if os.environ.get("VLM_FASTPATH_NUMBA", "1") == "0":
+            self.numba_error = "disabled by VLM_FASTPATH_NUMBA=0"
+            logger.info("vlm_fastpath: numba %s; using the numpy patchify path", self.numba_error)
+            return
+        try:
+            from . import _numba_patchify as compiled
+        except ImportError as exc:
+            self.numba_error = f"numba not importable ({exc})"
+            logger.warning(
+                "vlm_fastpath: %s; using the slower numpy patchify path (same output)",
+                self.numba_error,
+            )
+            return
+        self.parallel = compiled.patchify_parallel
+        self.serial = compiled.patchify_serial
+
+
+_KERNELS = _Kernels()
+
+
+def _reset_after_fork() -> None:
+    # A lock held by another thread at fork time would stay held forever in the child.
+    _KERNELS.lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def numba_available() -> bool:
+    """True when the compiled kernel will be used."""
+    _KERNELS.load()
+    return _KERNELS.parallel is not None
+
+
+def backend_info() -> dict[str, Any]:
+    """What the kernel runs on, for ``doctor`` and the benchmark."""
+    _KERNELS.load()
+    info: dict[str, Any] = {"numba": _KERNELS.parallel is not None}
+    if _KERNELS.numba_error:
+        info["reason"] = _KERNELS.numba_error
+    if _KERNELS.launch_layer:
+        info["threading_layer"] = _KERNELS.launch_layer
+    return info
+
+
+def _choose_layer() -> None:
+    import numba
+
+    if "NUMBA_THREADING_LAYER" in os.environ:
+        return  # the user (or the engine) chose; respect it
+    if numba.config.THREADING_LAYER in ("default", "safe", "forksafe", "threadsafe"):
+        numba.config.THREADING_LAYER = "workqueue"
+
+
+def _pick_kernel() -> Callable[..., None]:
+    assert _KERNELS.parallel is not None and _KERNELS.serial is not None
+    if _KERNELS.launch_pid is None:
+        _choose_layer()
+        return _KERNELS.parallel
+    if _KERNELS.launch_pid != os.getpid() and _KERNELS.launch_layer in _FORK_UNSAFE_LAYERS:
+        return _KERNELS.serial
+    return _KERNELS.parallel
+
+
+def patchify_frame(
+    frame: np.ndarray, lut: np.ndarray, out: np.ndarray, grid_h: int, grid_w: int, p: int
+) -> None:
+    """Write ``grid_h * grid_w`` patches of ``frame`` (uint8 HWC, unpadded) into ``out``.
+
+    ``out`` has shape ``[grid_h * grid_w, 3, p, p]`` and the dtype of ``lut`` (3 x 256).
+    Pixels beyond the frame (right/bottom padding) get ``lut[c, 0]``.
+    """
+    _KERNELS.load()
+    if _KERNELS.parallel is None:
+        patchify_numpy(frame, lut, out, grid_h, grid_w, p)
+        return
+    with _KERNELS.lock:
+        kernel = _pick_kernel()
+        kernel(frame, lut, out, grid_h, grid_w, p)
+        if kernel is _KERNELS.parallel and _KERNELS.launch_pid is None:
+            import numba
+
+            _KERNELS.launch_pid = os.getpid()
+            _KERNELS.launch_layer = numba.threading_layer()

@@ -1,0 +1,201 @@
+"""``FusedKimiProcessor``: a drop-in, bit-exact, multi-core Kimi K2.5/K2.6 image processor.
+
+Output equals the checkpoint's processor byte for byte (``torch.equal``): Pillow does the
+bicubic resize (so it is Pillow's arithmetic by construction), and one patch-major kernel pads,
+normalizes by a lookup table built from the checkpoint's exact float ops, and patchifies into a
+preallocated output. Resizes of all images/frames run on a thread pool and overlap the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, as_completed
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .config import KimiMediaConfig
+from .errors import KimiInputError, KimiProcessorError
+from .image_input import image_size, to_rgb_image
+from .navit_resize import ResizePlan, plan_image, plan_video_chunk
+from .normalize_lut import build_normalize_lut, identity_lut
+from .patchify_kernel import patchify_frame
+from .resize_pool import get_pool
+
+
+def _batch(data: dict[str, Any], return_tensors: Any) -> Mapping[str, Any]:
+    try:
+        from transformers import BatchFeature
+    except ImportError:
+        return data
+    return BatchFeature(data=data, tensor_type=return_tensors)
+
+
+def _frames_of(media: Any) -> tuple[str, list[Any]]:
+    if not isinstance(media, Mapping):
+        raise KimiInputError(
+            f"each media must be a dict with a 'type' key, got {type(media).__name__}"
+        )
+    kind = media.get("type")
+    if kind == "image":
+        if "image" not in media:
+            raise KimiInputError("image media needs an 'image' key")
+        return kind, [media["image"]]
+    if kind == "video_chunk":
+        frames = media.get("video_chunk")
+        if isinstance(frames, (str, bytes)) or not isinstance(frames, Sequence):
+            raise KimiInputError("video_chunk media needs a list of frames under 'video_chunk'")
+        if len(frames) == 0:
+            raise KimiInputError("video_chunk has no frames")
+        return kind, list(frames)
+    raise KimiInputError(f"unsupported media type {kind!r}: expected 'image' or 'video_chunk'")
+
+
+def _resize_frame(frame: Any, width: int, height: int) -> np.ndarray:
+    image = to_rgb_image(frame)
+    try:
+        resized = image.resize((width, height), resample=Image.Resampling.BICUBIC)
+    except Image.DecompressionBombError as exc:
+        raise KimiInputError(str(exc)) from exc
+    except OSError as exc:  # truncated or corrupt encoded data surfaces at load time
+        raise KimiInputError(f"cannot decode image: {exc}") from exc
+    return np.asarray(resized)
+
+
+class FusedKimiProcessor:
+    """Kimi K2.5/K2.6 ``media_proc_cfg`` processor with the engines' processor interface."""
+
+    model_type = "kimi_k25"
+
+    def __init__(self, media_proc_cfg: Mapping[str, Any] | KimiMediaConfig, **_: Any) -> None:
+        self.config = KimiMediaConfig.from_dict(media_proc_cfg)
+        self.media_proc_cfg = self.config.to_dict()
+        self.num_frames_per_chunk = self.config.temporal_merge_kernel_size
+        self.normalize_lut = build_normalize_lut(self.config.image_mean, self.config.image_std)
+        self._uint8_lut = identity_lut()
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike[str], **kwargs: Any) -> FusedKimiProcessor:
+        """Build from a checkpoint folder or its preprocessor_config.json."""
+        return cls(KimiMediaConfig.from_pretrained(path), **kwargs)
+
+    @classmethod
+    def from_dict(cls, config_dict: Mapping[str, Any], **kwargs: Any) -> FusedKimiProcessor:
+        return cls(config_dict.get("media_proc_cfg", config_dict), **kwargs)
+
+    def __repr__(self) -> str:
+        return f"FusedKimiProcessor(media_proc_cfg={self.media_proc_cfg})"
+
+    # -- sizes ---------------------------------------------------------------------------
+    def plan(self, media: Mapping[str, Any]) -> ResizePlan:
+        """Resize plan of one media item, computed from its size alone (no pixel work)."""
+        kind, frames = _frames_of(media)
+        width, height = image_size(frames[0])
+        if kind == "image":
+            return plan_image(self.config, width, height)
+        return plan_video_chunk(self.config, width, height, len(frames))
+
+    def get_resize_config(self, media: Mapping[str, Any]) -> dict[str, int]:
+        plan = self.plan(media)
+        return {
+            "num_tokens": plan.num_tokens,
+            "new_width": plan.new_width,
+            "new_height": plan.new_height,
+            "pad_width": plan.pad_width,
+            "pad_height": plan.pad_height,
+            "sampled_nframes": plan.num_frames,
+        }
+
+    def media_tokens_calculator(self, media: Mapping[str, Any]) -> int:
+        """Number of placeholder tokens this media item expands to."""
+        return self.plan(media).num_tokens
+
+    # -- pixels --------------------------------------------------------------------------
+    def _lut(self, do_rescale: bool, do_normalize: bool) -> np.ndarray:
+        if do_rescale and do_normalize:
+            return self.normalize_lut
+        if not do_rescale and not do_normalize:
+            return self._uint8_lut
+        raise KimiProcessorError(
+            "do_rescale and do_normalize must be both True (float32 output) or both False "
+            f"(uint8 output for device-side normalization), got {do_rescale}/{do_normalize}"
+        )
+
+    def preprocess(
+        self,
+        medias: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+        return_tensors: Any = "pt",
+        do_rescale: bool = True,
+        do_normalize: bool = True,
+        **_: Any,
+    ) -> Mapping[str, Any]:
+        """Resize, pad, normalize and patchify every media item into one batch.
+
+        Returns ``pixel_values`` ``[N, 3, p, p]`` (float32, or uint8 when both
+        ``do_rescale`` and ``do_normalize`` are False) and ``grid_thws`` int64 ``[items, 3]``.
+        """
+        if isinstance(medias, Mapping):
+            medias = [medias]
+        if not isinstance(medias, Sequence) or isinstance(medias, (str, bytes)):
+            raise KimiInputError(f"medias must be a list of dicts, got {type(medias).__name__}")
+        lut = self._lut(do_rescale, do_normalize)
+        p = self.config.patch_size
+        items = [_frames_of(media) for media in medias]
+        plans = [self.plan(media) for media in medias]
+        total = sum(plan.num_patches for plan in plans)
+        pixel_values = torch.empty(
+            (total, 3, p, p), dtype=torch.uint8 if lut.dtype == np.uint8 else torch.float32
+        )
+        grid_thws = torch.tensor([plan.grid_thw for plan in plans], dtype=torch.int64)
+        grid_thws = grid_thws.reshape(len(plans), 3)
+        self._fill(items, plans, pixel_values.numpy(), lut)
+        if return_tensors in ("np", "numpy"):
+            data: dict[str, Any] = {
+                "pixel_values": pixel_values.numpy(),
+                "grid_thws": grid_thws.numpy(),
+            }
+        else:
+            data = {"pixel_values": pixel_values, "grid_thws": grid_thws}
+        return _batch(data, None)
+
+    __call__ = preprocess
+
+    def _fill(
+        self,
+        items: list[tuple[str, list[Any]]],
+        plans: list[ResizePlan],
+        out: np.ndarray,
+        lut: np.ndarray,
+    ) -> None:
+        jobs: list[tuple[Any, ResizePlan, int]] = []
+        offset = 0
+        for (_, frames), plan in zip(items, plans, strict=True):
+            for frame in frames:
+                jobs.append((frame, plan, offset))
+                offset += plan.patches_per_frame
+        if len(jobs) == 1:
+            frame, plan, start = jobs[0]
+            self._write(_resize_frame(frame, plan.new_width, plan.new_height), plan, start, out, lut)
+            return
+        pool = get_pool()
+        pending: dict[Future[np.ndarray], tuple[ResizePlan, int]] = {
+            pool.submit(_resize_frame, frame, plan.new_width, plan.new_height): (plan, start)
+            for frame, plan, start in jobs
+        }
+        try:
+            for future in as_completed(list(pending)):
+                plan, start = pending.pop(future)
+                self._write(future.result(), plan, start, out, lut)
+        finally:
+            for future in pending:
+                future.cancel()
+
+    @staticmethod
+    def _write(
+        frame: np.ndarray, plan: ResizePlan, start: int, out: np.ndarray, lut: np.ndarray
+    ) -> None:
+        end = start + plan.patches_per_frame
+        patchify_frame(frame, lut, out[start:end], plan.grid_h, plan.grid_w, plan.patch_size)
