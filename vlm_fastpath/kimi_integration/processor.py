@@ -178,7 +178,8 @@ class FusedKimiProcessor:
                 offset += plan.patches_per_frame
         if len(jobs) == 1:
             frame, plan, start = jobs[0]
-            self._write(_resize_frame(frame, plan.new_width, plan.new_height), plan, start, out, lut)
+            resized = _resize_frame(frame, plan.new_width, plan.new_height)
+            self._write(resized, plan, start, out, lut)
             return
         pool = get_pool()
         pending: dict[Future[np.ndarray], tuple[ResizePlan, int]] = {

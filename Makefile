@@ -1,0 +1,46 @@
+# Two commands on a fresh machine: `make bench` (the main job) and `make test` (all tests).
+# Everything is created on first use and reused: .venv/ (core, package installed editable) and
+# one cached environment per pinned engine release under .envs/ (see ci/README.md).
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.vlm-fastpath-installed
+CORE_PINS := ci/core-requirements.txt
+
+.PHONY: all venv bench test test-core test-engines lint doctor clean
+
+all: test
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py $(CORE_PINS) vlm_fastpath.pth
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r $(CORE_PINS)
+	$(PIP) install -q --no-deps -e .
+	$(PY) ci/install_pth.py
+	touch $(STAMP)
+
+bench: venv
+	$(PY) -m benchmarks.preprocess
+
+test: test-core test-engines
+
+test-core: venv
+	$(VENV)/bin/ruff check vlm_fastpath tests benchmarks ci
+	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/engines
+
+test-engines: venv
+	@if [ -f ci/engines.mk ]; then $(MAKE) --no-print-directory -f ci/engines.mk test-engines; \
+	else echo "no engine suites yet"; fi
+
+lint: venv
+	$(VENV)/bin/ruff check vlm_fastpath tests benchmarks ci
+
+doctor: venv
+	$(VENV)/bin/vlm-fastpath doctor
+
+clean:
+	rm -rf $(VENV) .envs build *.egg-info

@@ -1,0 +1,126 @@
+"""What a patch is: metadata, an upstream detector, and an ``apply`` that records every change.
+
+A patch never touches an engine object directly: it goes through ``PatchContext``, which keeps
+the exact original object of every attribute it replaces so ``revert`` can put them all back,
+including copies an engine bound elsewhere with ``from x import y``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+_MISSING = object()
+
+
+class PatchStatus(StrEnum):
+    """Where one patch stands in this process."""
+
+    PENDING = "pending"  # its engine module is not imported yet; the import hook waits
+    APPLIED = "applied"
+    UPSTREAM = "upstream"  # the engine already has an equivalent: stood aside
+    NOT_NEEDED = "not-needed"  # nothing to do in this engine version (e.g. model absent)
+    UNSUPPORTED_VERSION = "unsupported-version"
+    DISABLED = "disabled"  # turned off by the user (VLM_FASTPATH*, apply(patches=...))
+    FAILED = "failed"  # could not apply; the engine was left as it was
+
+
+@dataclass
+class PatchResult:
+    name: str
+    engine: str
+    status: PatchStatus
+    reason: str = ""
+    engine_version: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "engine": self.engine,
+            "status": self.status.value,
+            "reason": self.reason,
+            "engine_version": self.engine_version,
+        }
+
+
+class PatchContext:
+    """Records every attribute a patch sets so that ``undo`` restores the originals."""
+
+    def __init__(self) -> None:
+        self._changes: list[tuple[Any, str, Any]] = []
+
+    def set_attr(self, owner: Any, name: str, value: Any) -> Any:
+        """Set ``owner.name = value`` and remember what was there. Returns the original."""
+        original = owner.__dict__.get(name, _MISSING) if hasattr(owner, "__dict__") else _MISSING
+        if original is _MISSING and hasattr(owner, name) and not isinstance(owner, type):
+            original = getattr(owner, name)
+        self._changes.append((owner, name, original))
+        setattr(owner, name, value)
+        return original
+
+    def rebind_globals(
+        self, original: Any, replacement: Any, module_prefixes: Iterable[str]
+    ) -> list[str]:
+        """Point every module global that *is* ``original`` at ``replacement``.
+
+        Covers ``from m import f`` copies in other engine modules. Returns the rebound names.
+        """
+        prefixes = tuple(module_prefixes)
+        rebound = []
+        for mod_name, module in list(sys.modules.items()):
+            if module is None or not mod_name.startswith(prefixes):
+                continue
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for key, value in list(namespace.items()):
+                if value is original:
+                    self.set_attr(module, key, replacement)
+                    rebound.append(f"{mod_name}.{key}")
+        return rebound
+
+    def undo(self) -> None:
+        """Restore every recorded attribute, newest first."""
+        while self._changes:
+            owner, name, original = self._changes.pop()
+            if original is _MISSING:
+                try:
+                    delattr(owner, name)
+                except AttributeError:
+                    pass
+            else:
+                setattr(owner, name, original)
+
+    def __len__(self) -> int:
+        return len(self._changes)
+
+
+class Patch:
+    """Base class: subclasses fill the metadata and implement the three hooks.
+
+    Subclasses must not import their engine at module import time; the registry imports
+    patch modules eagerly (cheaply) and engines only when a patch is applied.
+    """
+
+    name: ClassVar[str]
+    engine: ClassVar[str]  # "vllm" or "sglang"
+    versions: ClassVar[str]  # PEP 440 specifier of engine versions that need the patch
+    trigger: ClassVar[str]  # module whose import makes the patch applicable
+    modules: ClassVar[tuple[str, ...]] = ()  # upstream modules the patch touches
+    upstream_pr: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    def upstream_equivalent(self) -> str | None:
+        """Reason string if the running engine already does what this patch does."""
+        return None
+
+    def not_needed(self) -> str | None:
+        """Reason string if there is nothing to patch in this engine (e.g. no such model)."""
+        return None
+
+    def apply(self, ctx: PatchContext) -> None:
+        """Make the change through ``ctx``; raise to fail (the registry then undoes ``ctx``)."""
+        raise NotImplementedError
