@@ -128,20 +128,34 @@ def _pick_kernel() -> Callable[..., None]:
 
 
 def patchify_frame(
-    frame: np.ndarray, lut: np.ndarray, out: np.ndarray, grid_h: int, grid_w: int, p: int
+    frame: np.ndarray,
+    lut: np.ndarray,
+    out: np.ndarray,
+    grid_h: int,
+    grid_w: int,
+    p: int,
+    *,
+    parallel: bool = True,
 ) -> None:
     """Write ``grid_h * grid_w`` patches of ``frame`` (uint8 HWC, unpadded) into ``out``.
 
     ``out`` has shape ``[grid_h * grid_w, 3, p, p]`` and the dtype of ``lut`` (3 x 256).
-    Pixels beyond the frame (right/bottom padding) get ``lut[c, 0]``.
+    Pixels beyond the frame (right/bottom padding) get ``lut[c, 0]``. ``parallel=False`` runs
+    on the calling thread without the lock: safe to call from many threads at once.
     """
+    if out.shape[0] != grid_h * grid_w:
+        raise ValueError(f"out holds {out.shape[0]} patches, expected {grid_h * grid_w}")
     _KERNELS.load()
     if _KERNELS.parallel is None:
         patchify_numpy(frame, lut, out, grid_h, grid_w, p)
         return
+    if not parallel:
+        assert _KERNELS.serial is not None
+        _KERNELS.serial(frame, lut, out, grid_w, p)
+        return
     with _KERNELS.lock:
         kernel = _pick_kernel()
-        kernel(frame, lut, out, grid_h, grid_w, p)
+        kernel(frame, lut, out, grid_w, p)
         if kernel is _KERNELS.parallel and _KERNELS.launch_pid is None:
             import numba
 

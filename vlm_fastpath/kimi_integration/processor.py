@@ -23,7 +23,7 @@ from .image_input import image_size, to_rgb_image
 from .navit_resize import ResizePlan, plan_image, plan_video_chunk
 from .normalize_lut import build_normalize_lut, identity_lut
 from .patchify_kernel import patchify_frame
-from .resize_pool import get_pool
+from .resize_pool import get_pool, pool_size
 
 
 def _batch(data: dict[str, Any], return_tensors: Any) -> Mapping[str, Any]:
@@ -170,33 +170,52 @@ class FusedKimiProcessor:
         out: np.ndarray,
         lut: np.ndarray,
     ) -> None:
-        jobs: list[tuple[Any, ResizePlan, int]] = []
+        jobs: list[tuple[Any, ResizePlan, np.ndarray]] = []
         offset = 0
         for (_, frames), plan in zip(items, plans, strict=True):
             for frame in frames:
-                jobs.append((frame, plan, offset))
+                jobs.append((frame, plan, out[offset : offset + plan.patches_per_frame]))
                 offset += plan.patches_per_frame
         if len(jobs) == 1:
-            frame, plan, start = jobs[0]
-            resized = _resize_frame(frame, plan.new_width, plan.new_height)
-            self._write(resized, plan, start, out, lut)
+            frame, plan, dest = jobs[0]
+            _patchify(_resize_frame(frame, plan.new_width, plan.new_height), plan, dest, lut)
             return
         pool = get_pool()
-        pending: dict[Future[np.ndarray], tuple[ResizePlan, int]] = {
-            pool.submit(_resize_frame, frame, plan.new_width, plan.new_height): (plan, start)
-            for frame, plan, start in jobs
+        if len(jobs) >= pool_size():
+            # Enough frames to fill every core: each worker resizes and patchifies its own
+            # frames with the serial, GIL-free kernel into disjoint slices of ``out``.
+            futures = [pool.submit(_resize_and_patchify, *job, lut) for job in jobs]
+            _wait_all(futures)
+            return
+        # Fewer frames than cores: resize concurrently, patchify each with all cores.
+        pending: dict[Future[np.ndarray], tuple[ResizePlan, np.ndarray]] = {
+            pool.submit(_resize_frame, frame, plan.new_width, plan.new_height): (plan, dest)
+            for frame, plan, dest in jobs
         }
         try:
             for future in as_completed(list(pending)):
-                plan, start = pending.pop(future)
-                self._write(future.result(), plan, start, out, lut)
+                plan, dest = pending.pop(future)
+                _patchify(future.result(), plan, dest, lut)
         finally:
             for future in pending:
                 future.cancel()
 
-    @staticmethod
-    def _write(
-        frame: np.ndarray, plan: ResizePlan, start: int, out: np.ndarray, lut: np.ndarray
-    ) -> None:
-        end = start + plan.patches_per_frame
-        patchify_frame(frame, lut, out[start:end], plan.grid_h, plan.grid_w, plan.patch_size)
+
+def _patchify(
+    frame: np.ndarray, plan: ResizePlan, dest: np.ndarray, lut: np.ndarray, parallel: bool = True
+) -> None:
+    patchify_frame(frame, lut, dest, plan.grid_h, plan.grid_w, plan.patch_size, parallel=parallel)
+
+
+def _resize_and_patchify(frame: Any, plan: ResizePlan, dest: np.ndarray, lut: np.ndarray) -> None:
+    resized = _resize_frame(frame, plan.new_width, plan.new_height)
+    _patchify(resized, plan, dest, lut, parallel=False)
+
+
+def _wait_all(futures: list[Future[None]]) -> None:
+    try:
+        for future in futures:
+            future.result()
+    finally:
+        for future in futures:
+            future.cancel()

@@ -32,6 +32,11 @@ def default_workers() -> int:
     return available_cpus()
 
 
+def pool_size() -> int:
+    """Worker count of the (possibly not yet created) pool."""
+    return default_workers()
+
+
 def get_pool() -> ThreadPoolExecutor:
     global _pool
     with _lock:
