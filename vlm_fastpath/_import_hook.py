@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -98,6 +99,16 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
 
 _FINDER: PostImportFinder | None = None
 _FINDER_LOCK = threading.Lock()
+
+
+def _reset_locks_after_fork() -> None:
+    global _FINDER_LOCK
+    _FINDER_LOCK = threading.Lock()
+    if _FINDER is not None:
+        _FINDER._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_reset_locks_after_fork)
 
 
 def finder() -> PostImportFinder:

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 _MISSING = object()
+_SWEEP = object()  # marks a rebind_globals record in the change log
 
 
 class PatchStatus(StrEnum):
@@ -69,6 +70,9 @@ class PatchContext:
         Covers ``from m import f`` copies in other engine modules. Returns the rebound names.
         """
         prefixes = tuple(module_prefixes)
+        # Recorded first so that ``undo`` (newest first) runs it last: modules imported while
+        # the patch was active copied ``replacement``; the sweep points those back too.
+        self._changes.append((_SWEEP, "", (original, replacement, prefixes)))
         rebound = []
         for mod_name, module in list(sys.modules.items()):
             if module is None or not mod_name.startswith(prefixes):
@@ -86,7 +90,9 @@ class PatchContext:
         """Restore every recorded attribute, newest first."""
         while self._changes:
             owner, name, original = self._changes.pop()
-            if original is _MISSING:
+            if owner is _SWEEP:
+                self._sweep(*original)
+            elif original is _MISSING:
                 try:
                     delattr(owner, name)
                 except AttributeError:
@@ -94,8 +100,20 @@ class PatchContext:
             else:
                 setattr(owner, name, original)
 
+    @staticmethod
+    def _sweep(original: Any, replacement: Any, prefixes: tuple[str, ...]) -> None:
+        for mod_name, module in list(sys.modules.items()):
+            if module is None or not mod_name.startswith(prefixes):
+                continue
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for key, value in list(namespace.items()):
+                if value is replacement:
+                    setattr(module, key, original)
+
     def __len__(self) -> int:
-        return len(self._changes)
+        return sum(1 for owner, _, _ in self._changes if owner is not _SWEEP)
 
 
 class Patch:

@@ -223,6 +223,14 @@ class PatchRegistry:
 REGISTRY = PatchRegistry()
 
 
+def _reset_lock_after_fork() -> None:
+    # A lock held by another thread at fork time would deadlock the child forever.
+    REGISTRY._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_reset_lock_after_fork)
+
+
 def register(patch_cls: type[Patch]) -> type[Patch]:
     """Class decorator: instantiate and register a patch."""
     REGISTRY.register(patch_cls())

@@ -1,0 +1,42 @@
+"""Deterministic media batches shared by in-process tests and subprocess scripts.
+
+Importable without pytest (subprocess scripts put the repo root on ``PYTHONPATH``). It builds
+inputs only; it never imports ``vlm_fastpath`` (callers pass the processor in).
+"""
+
+from __future__ import annotations
+
+from PIL import Image
+
+from .helpers import img, rand_array, video
+from .reference_kimi import CLIP_CFG, KIMI_K25_CFG
+
+ODD_SIZES = [(1, 1), (13, 13), (27, 29), (100, 37), (641, 479), (1531, 1203), (7200, 300)]
+
+
+def odd_images(seed: int = 0) -> list[Image.Image]:
+    return [Image.fromarray(rand_array(seed + i, w, h)) for i, (w, h) in enumerate(ODD_SIZES)]
+
+
+def backend_batches(seed: int = 0) -> dict[str, list[dict]]:
+    """Single items (one frame: the parallel kernel) and batches (many frames: the pool path)."""
+    images = odd_images(seed)
+    frames = [Image.fromarray(rand_array(seed + 50 + i, 333, 187)) for i in range(3)]
+    batches = {f"single-{w}x{h}": [img(im)] for (w, h), im in zip(ODD_SIZES, images, strict=True)}
+    batches["batch-all"] = [img(im) for im in images]
+    batches["batch-video"] = [img(images[4]), video(frames), img(images[2])]
+    return batches
+
+
+def run_backend_cases(processor_cls, seed: int = 0) -> dict[str, object]:
+    """Outputs of every batch, float32 (Kimi and CLIP stats) and uint8, keyed by name."""
+    results: dict[str, object] = {}
+    for cfg_name, cfg in (("kimi", KIMI_K25_CFG), ("clip", CLIP_CFG)):
+        proc = processor_cls(cfg)
+        for name, medias in backend_batches(seed).items():
+            out = proc.preprocess(medias)
+            results[f"{cfg_name}-f32-{name}"] = (out["pixel_values"], out["grid_thws"])
+            if cfg_name == "kimi":
+                out = proc.preprocess(medias, do_rescale=False, do_normalize=False)
+                results[f"{cfg_name}-u8-{name}"] = (out["pixel_values"], out["grid_thws"])
+    return results

@@ -1,0 +1,53 @@
+"""``vlm-fastpath doctor`` answers, with exit code 0, in text and JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def _doctor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vlm_fastpath", "doctor", *args],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_doctor_text() -> None:
+    proc = _doctor()
+    assert proc.returncode == 0, proc.stderr
+    assert "vlm-fastpath 0.1.0" in proc.stdout
+    assert "pillow" in proc.stdout and "numba kernel: yes" in proc.stdout
+    assert "threading layer: workqueue" in proc.stdout
+
+
+def test_doctor_json_lists_every_patch() -> None:
+    proc = _doctor("--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["packages"]["pillow"]
+    assert report["numba"]["numba"] is True
+    from vlm_fastpath.patches.registry import REGISTRY
+
+    names = {p.name for p in REGISTRY.patches()}
+    assert {p["name"] for p in report["patches"]} == names
+    for patch in report["patches"]:
+        assert patch["status"] in {
+            "pending", "applied", "upstream", "not-needed", "unsupported-version", "disabled",
+            "failed",
+        }
+
+
+def test_doctor_with_everything_disabled() -> None:
+    import os
+
+    env = dict(os.environ, VLM_FASTPATH="0")
+    proc = subprocess.run(
+        [sys.executable, "-m", "vlm_fastpath", "doctor", "--json", "--no-import"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert proc.returncode == 0
+    report = json.loads(proc.stdout)
+    assert report["disabled"] is True
+    assert all(p["status"] == "disabled" for p in report["patches"])

