@@ -99,9 +99,7 @@ def test_rgba_alpha_dropped_not_composited(proc):
     assert not torch.all(out["pixel_values"] == 1.0)  # not composited onto white
 
 
-@pytest.mark.parametrize(
-    "mode", ["RGB", "RGBA", "LA", "L", "P+transparency", "I;16", "1"], ids=str
-)
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA", "L", "P+transparency", "I;16", "1"], ids=str)
 def test_png_bytes_of_each_mode(proc, mode):
     data = encode(make_mode_image(mode, seed=9), "PNG")
     decoded = decode(data)
@@ -117,8 +115,10 @@ def test_cmyk_jpeg_bytes(proc):
 
 
 def test_video_of_mixed_modes(proc):
-    frames = [make_mode_image(m, seed=i, width=400, height=300) for i, m in
-              enumerate(["RGB", "L", "RGBA", "P+transparency"])]
+    frames = [
+        make_mode_image(m, seed=i, width=400, height=300)
+        for i, m in enumerate(["RGB", "L", "RGBA", "P+transparency"])
+    ]
     assert_parity(proc, [video(frames)], KIMI_K25_CFG)
 
 

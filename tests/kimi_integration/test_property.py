@@ -1,4 +1,4 @@
-"""Property tests: random sizes (extreme aspect ratios included) and random configs vs the oracle."""
+"""Property tests: random sizes (extreme aspect ratios too) and random configs vs the oracle."""
 
 from __future__ import annotations
 

@@ -58,8 +58,6 @@ def _resize_frame(frame: Any, width: int, height: int) -> np.ndarray:
     image = to_rgb_image(frame)
     try:
         resized = image.resize((width, height), resample=Image.Resampling.BICUBIC)
-    except Image.DecompressionBombError as exc:
-        raise KimiInputError(str(exc)) from exc
     except OSError as exc:  # truncated or corrupt encoded data surfaces at load time
         raise KimiInputError(f"cannot decode image: {exc}") from exc
     return np.asarray(resized)
