@@ -25,3 +25,13 @@ class ImageTooLargeError(KimiInputError):
     Pillow's own ``DecompressionBombError`` is not an ``OSError``; code that only catches
     ``OSError`` lets it escape, so it is turned into this ``ValueError`` subclass.
     """
+
+
+class DeferredPayloadError(KimiProcessorError):
+    """A deferred-preprocessing payload cannot be processed on the vision owner.
+
+    Raised for an object that is not a payload, a payload of another format version, one
+    built under a different ``media_proc_cfg`` or background config, or encoded bytes whose
+    decoder (Pillow and its codec libraries) differs from the sender's, so the decoded
+    pixels could differ from the eager path's.
+    """
