@@ -1,0 +1,1 @@
+"""vLLM engine suite (run per pinned vLLM release by ci/engines.mk)."""

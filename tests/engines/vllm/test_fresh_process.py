@@ -1,0 +1,73 @@
+"""Fresh interpreters: the plugin entry point, VLM_FASTPATH=0, revert, numba under threads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parents[3]
+FUSED_UPSTREAM = Version("0.25")
+OURS = "vlm_fastpath.patches.vllm._kimi_adapter.FastpathKimiVisionProcessor"
+
+
+def _probe(scenario: str, model_dir: Path, **env: str) -> dict:
+    full_env = dict(os.environ, **env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.engines.vllm.probe", scenario, str(model_dir)],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _expected(version: Version) -> dict[str, str]:
+    if version >= FUSED_UPSTREAM:
+        return {
+            "vllm-processor-cls-overrides": "upstream",
+            "vllm-kimi-processor": "upstream",
+            "vllm-kimi-fused-processor": "applied",
+        }
+    return {
+        "vllm-processor-cls-overrides": "applied",
+        "vllm-kimi-processor": "applied",
+        "vllm-kimi-fused-processor": "unsupported-version",
+    }
+
+
+def test_entry_point_applies_patches(model_dir, vllm_version):
+    result = _probe("plugin", model_dir)
+    assert "vlm_fastpath=vlm_fastpath.activation:register_vllm" in result["entry_points"]
+    assert result["armed"] == ["vllm"]
+    assert result["status"] == _expected(vllm_version)
+    assert result["processor"] == OURS
+
+
+def test_disabled_then_apply_then_revert(model_dir, vllm_version):
+    result = _probe("disabled", model_dir, VLM_FASTPATH="0")
+    assert set(result["status_off"].values()) == {"disabled"}
+    assert result["processor_off"] != OURS  # vLLM untouched
+    assert result["status_on"] == _expected(vllm_version)
+    assert result["processor_on"] == OURS
+    assert result["changed_on"], "apply() changed nothing"
+    assert result["not_restored"] == []
+    assert set(result["changed_on"]) <= set(result["restored"])
+    assert result["processor_reverted"] == result["processor_off"]
+
+
+def test_two_threads_under_workqueue(model_dir):
+    result = _probe("threads", model_dir, NUMBA_THREADING_LAYER="workqueue")
+    assert result["processor"] == "FastpathKimiVisionProcessor"
+    assert result["errors"] == []
+    assert result["env_layer"] == "workqueue"
+    assert result["backend"]["numba"] is True
+    if "threading_layer" in result["backend"]:
+        assert result["backend"]["threading_layer"] == "workqueue"

@@ -1,0 +1,192 @@
+"""vLLM's own Kimi K2.5 code paths hand out our processor, with the reference's bytes."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+from packaging.version import Version
+from PIL import Image
+
+import vlm_fastpath
+from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
+
+from .kimi_model import MEDIA_PAD, MEDIA_PAD_ID, clear_processor_caches, processing_info
+
+vllm = pytest.importorskip("vllm")
+
+FUSED_UPSTREAM = Version("0.25")
+UINT8_UPSTREAM = Version("0.32")
+
+
+def _status() -> dict[str, dict]:
+    return {r["name"]: r for r in vlm_fastpath.status("vllm")}
+
+
+def _image(seed: int, width: int, height: int, mode: str = "RGB") -> Image.Image:
+    rng = np.random.default_rng(seed)
+    channels = {"RGB": 3, "RGBA": 4}[mode]
+    return Image.fromarray(rng.integers(0, 256, (height, width, channels), dtype=np.uint8))
+
+
+def _medias() -> list[dict]:
+    return [
+        {"type": "image", "image": _image(1, 900, 700)},
+        {"type": "image", "image": _image(2, 97, 1203, "RGBA")},
+        {"type": "video_chunk", "video_chunk": [_image(10 + i, 640, 360) for i in range(4)]},
+        {"type": "image", "image": _image(3, 1, 1)},
+    ]
+
+
+@pytest.fixture()
+def info(model_dir):
+    clear_processor_caches()
+    return processing_info(model_dir)
+
+
+def test_status_per_version(vllm_version):
+    status = _status()
+    expected = (
+        {
+            "vllm-processor-cls-overrides": "upstream",
+            "vllm-kimi-processor": "upstream",
+            "vllm-kimi-fused-processor": "applied",
+        }
+        if vllm_version >= FUSED_UPSTREAM
+        else {
+            "vllm-processor-cls-overrides": "applied",
+            "vllm-kimi-processor": "applied",
+            "vllm-kimi-fused-processor": "unsupported-version",
+        }
+    )
+    assert {name: status[name]["status"] for name in expected} == expected
+    assert all(r["engine_version"] == vllm.__version__ for r in status.values())
+
+
+def test_processing_info_hands_out_ours(info):
+    from vlm_fastpath.patches.vllm._kimi_adapter import FastpathKimiVisionProcessor
+
+    assert isinstance(info.image_processor, FastpathKimiVisionProcessor)
+    assert info.hf_processor.image_processor is info.image_processor
+    assert info.media_tokens_calculator({"type": "image", "image": _image(0, 2048, 2048)}) == 4225
+    assert info.image_processor.num_frames_per_chunk == KIMI_K25_CFG["temporal_merge_kernel_size"]
+
+
+def test_outputs_equal_reference(info):
+    medias = _medias()
+    ref_pixels, ref_grids, ref_tokens = ref_preprocess(medias, KIMI_K25_CFG)
+    out = info.image_processor.preprocess(medias, return_tensors="pt")
+    assert out["pixel_values"].dtype == torch.float32
+    assert torch.equal(out["pixel_values"], ref_pixels)
+    assert torch.equal(out["grid_thws"], ref_grids)
+    assert [info.media_tokens_calculator(m) for m in medias] == ref_tokens
+
+
+def test_hf_processor_expands_placeholders(info):
+    medias = _medias()[:2]
+    _, _, ref_tokens = ref_preprocess(medias, KIMI_K25_CFG)
+    out = info.hf_processor(text=f"a{MEDIA_PAD}b{MEDIA_PAD}", vision_chunks=medias)
+    ids = list(out["input_ids"][0])
+    assert ids.count(MEDIA_PAD_ID) == sum(ref_tokens)
+    assert torch.equal(out["pixel_values"], ref_preprocess(medias, KIMI_K25_CFG)[0])
+
+
+def test_uint8_output_for_device_normalization(info, vllm_version):
+    medias = _medias()[:3]
+    ref_pixels, _, _ = ref_preprocess(medias, KIMI_K25_CFG, uint8=True)
+    out = info.image_processor.preprocess(
+        medias, return_tensors="pt", do_rescale=False, do_normalize=False
+    )
+    assert out["pixel_values"].dtype == torch.uint8
+    assert torch.equal(out["pixel_values"], ref_pixels)
+    if vllm_version >= UINT8_UPSTREAM:  # vLLM's own processor call passes the flags through
+        out = info.hf_processor(vision_chunks=medias, do_rescale=False, do_normalize=False)
+        assert torch.equal(out["pixel_values"], ref_pixels)
+
+
+def test_serialization_round_trip(info):
+    processor = info.image_processor
+    as_dict = json.loads(processor.to_json_string())
+    assert as_dict["media_proc_cfg"]["patch_size"] == 14
+    again = type(processor).from_dict(as_dict)
+    assert again.media_proc_cfg == processor.media_proc_cfg
+    assert "FastpathKimiVisionProcessor" in repr(processor)
+
+
+def test_equals_vllm_fused_processor(model_dir, vllm_version):
+    if vllm_version < FUSED_UPSTREAM:
+        pytest.skip("no fused processor upstream before 0.25")
+    fused = sys.modules["vllm.transformers_utils.processors.kimi_k25_vision_fused"]
+    vlm_fastpath.revert("vllm")
+    upstream_cls = fused.KimiK25FusedVisionProcessor
+    assert upstream_cls.__module__ == fused.__name__
+    upstream = upstream_cls(dict(KIMI_K25_CFG))
+    medias = _medias()[:3]
+    theirs = upstream.preprocess([dict(m) for m in medias], return_tensors="pt")
+    vlm_fastpath.apply("vllm")
+    ours = fused.KimiK25FusedVisionProcessor(dict(KIMI_K25_CFG))
+    mine = ours.preprocess(medias, return_tensors="pt")
+    assert torch.equal(mine["pixel_values"], theirs["pixel_values"])
+    assert torch.equal(mine["grid_thws"], theirs["grid_thws"])
+
+
+def test_revert_restores_vllm_objects(model_dir, kimi_module, vllm_version):
+    proc = sys.modules["vllm.transformers_utils.processor"]
+    vlm_fastpath.revert("vllm")
+    assert proc.cached_get_image_processor.__wrapped__ is proc.get_image_processor
+    assert kimi_module.cached_get_image_processor is proc.cached_get_image_processor
+    assert proc.get_image_processor.__module__ == proc.__name__
+    assert not hasattr(proc.get_image_processor, "__vlm_fastpath_original__")
+    if vllm_version >= FUSED_UPSTREAM:
+        fused = sys.modules["vllm.transformers_utils.processors.kimi_k25_vision_fused"]
+        assert kimi_module.KimiK25FusedVisionProcessor is fused.KimiK25FusedVisionProcessor
+        assert fused.KimiK25FusedVisionProcessor.__module__ == fused.__name__
+    assert all(r["status"] == "pending" for r in vlm_fastpath.status("vllm"))
+    clear_processor_caches()
+    processor = processing_info(model_dir).image_processor
+    assert not type(processor).__module__.startswith("vlm_fastpath")
+
+
+def test_skip_by_name(monkeypatch, model_dir, vllm_version):
+    name = "vllm-kimi-fused-processor" if vllm_version >= FUSED_UPSTREAM else "vllm-kimi-processor"
+    vlm_fastpath.revert("vllm")
+    monkeypatch.setenv("VLM_FASTPATH_SKIP", name)
+    vlm_fastpath.apply("vllm")
+    assert _status()[name]["status"] == "disabled"
+    clear_processor_caches()
+    processor = processing_info(model_dir).image_processor
+    assert not type(processor).__module__.startswith("vlm_fastpath")
+
+
+def test_missing_target_stands_aside(monkeypatch, model_dir, kimi_module, vllm_version):
+    if vllm_version >= FUSED_UPSTREAM:
+        name, attr = "vllm-kimi-fused-processor", "KimiK25FusedVisionProcessor"
+    else:
+        name, attr = "vllm-kimi-processor", "cached_get_image_processor"
+    vlm_fastpath.revert("vllm")
+    monkeypatch.delattr(kimi_module, attr)  # as if upstream renamed it
+    results = {r["name"]: r for r in vlm_fastpath.apply("vllm")}
+    if vllm_version >= FUSED_UPSTREAM:
+        assert results[name]["status"] == "failed"
+        assert attr in results[name]["reason"]
+    else:
+        assert results[name]["status"] == "failed"
+        assert "cached_get_image_processor" in results[name]["reason"]
+    assert not hasattr(kimi_module, attr)  # nothing half-applied
+    vlm_fastpath.revert("vllm")
+    monkeypatch.undo()
+    assert results[name]["engine_version"] == vllm.__version__
+
+
+def test_model_absent_is_not_needed(monkeypatch, kimi_module, vllm_version):
+    name = "vllm-kimi-fused-processor" if vllm_version >= FUSED_UPSTREAM else "vllm-kimi-processor"
+    vlm_fastpath.revert("vllm")
+    monkeypatch.delattr(kimi_module, "KimiK25ProcessingInfo")
+    results = {r["name"]: r for r in vlm_fastpath.apply("vllm")}
+    assert results[name]["status"] == "not-needed", results[name]
+    assert "KimiK25ProcessingInfo" in results[name]["reason"]
+    vlm_fastpath.revert("vllm")
+    monkeypatch.undo()

@@ -1,0 +1,1 @@
+"""vLLM patches, one module per patched upstream module (see each module's docstring)."""
