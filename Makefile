@@ -9,6 +9,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.vlm-fastpath-installed
 CORE_PINS := ci/core-requirements.txt
 
+# ci/engines.mk owns .envs/; bench only adds its extras to one env.
 .PHONY: all venv bench test test-core test-engines lint doctor clean
 
 all: test
@@ -23,8 +24,20 @@ $(STAMP): pyproject.toml setup.py $(CORE_PINS) vlm_fastpath.pth
 	$(PY) ci/install_pth.py
 	touch $(STAMP)
 
+# The benchmark runs in the vLLM 0.33.0 env so vLLM's own fused Kimi processor is a contender;
+# then the processor vLLM itself hands out is timed with and without the plugin.
+BENCH_ENV := .envs/vllm-0.33.0
+BENCH_STAMP := $(BENCH_ENV)/.bench-stamp
+
 bench: venv
-	$(PY) -m benchmarks.preprocess
+	@$(MAKE) --no-print-directory -f ci/engines.mk vllm-env-0.33.0
+	@$(MAKE) --no-print-directory $(BENCH_STAMP)
+	$(BENCH_ENV)/bin/python -m benchmarks.preprocess
+	$(BENCH_ENV)/bin/python -m benchmarks.vllm_processor
+
+$(BENCH_STAMP): ci/bench-requirements.txt
+	$(BENCH_ENV)/bin/pip install -q -r ci/bench-requirements.txt
+	touch $@
 
 test: test-core test-engines
 
