@@ -1,0 +1,1 @@
+"""Engine suites: run with an engine environment's python (see ci/README.md)."""

@@ -1,0 +1,93 @@
+"""SGLang engine suite: run with one pinned release's python (``.envs/sglang-<ver>/bin/python``).
+
+The engine is imported once per session; the patches are applied at import by our .pth/plugin
+door, so the session first reverts them and keeps the pristine originals for comparison.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+sglang = pytest.importorskip("sglang")
+
+from vlm_fastpath.patches import REGISTRY  # noqa: E402
+
+SGLANG_MODULES = (
+    "sglang.srt.managers.schedule_batch",
+    "sglang.srt.managers.mm_utils",
+    "sglang.srt.layers.attention.vision",
+    "sglang.srt.models.kimi_k25",
+    "sglang.srt.multimodal.processors.kimi_k25",
+)
+
+H2D = "sglang-batched-feature-h2d"
+GRID = "sglang-vectorized-mm-grid-counts"
+VISION = "sglang-vision-host-max-seqlen"
+MOONVIT = "sglang-moonvit-max-seqlen-once"
+PROC = "sglang-kimi-k25-fused-cpu-processor"
+
+EXPECTED = {
+    "0.5.12.post1": {H2D: "applied", GRID: "applied", VISION: "applied", MOONVIT: "applied",
+                     PROC: "applied"},
+    "0.5.15.post1": {H2D: "applied", GRID: "upstream", VISION: "applied", MOONVIT: "applied",
+                     PROC: "applied"},
+    "0.5.17": {H2D: "applied", GRID: "upstream", VISION: "upstream", MOONVIT: "upstream",
+               PROC: "applied"},
+    "0.5.23": {H2D: "upstream", GRID: "upstream", VISION: "upstream", MOONVIT: "upstream",
+               PROC: "unsupported-version"},
+}
+
+
+def _snapshot():
+    """Every attribute any SGLang patch may replace, as it is now (by identity)."""
+    snap = {}
+    for name in SGLANG_MODULES:
+        mod = importlib.import_module(name)
+        for key, value in vars(mod).items():
+            if inspect.isfunction(value) or inspect.isclass(value):
+                snap[(name, key)] = value
+                if inspect.isclass(value) and value.__module__ == name:
+                    for attr, member in vars(value).items():
+                        if inspect.isfunction(member):
+                            snap[(name, f"{key}.{attr}")] = member
+    return snap
+
+
+@pytest.fixture(scope="session")
+def engine():
+    for name in SGLANG_MODULES:
+        importlib.import_module(name)
+    REGISTRY.revert(engine="sglang")
+    originals = _snapshot()
+    version = sglang.__version__
+    yield {"version": version, "originals": originals, "snapshot": _snapshot}
+    REGISTRY.revert(engine="sglang")
+
+
+@pytest.fixture
+def unpatched(engine):
+    REGISTRY.revert(engine="sglang")
+    yield engine
+    REGISTRY.revert(engine="sglang")
+
+
+@pytest.fixture
+def patched(engine):
+    REGISTRY.revert(engine="sglang")
+    REGISTRY.apply(engine="sglang")
+    yield engine
+    REGISTRY.revert(engine="sglang")
+
+
+@pytest.fixture(scope="session")
+def kimi_model(engine):
+    from vlm_fastpath.patches.sglang import _testing
+
+    REGISTRY.revert(engine="sglang")
+    try:
+        return _testing.build_kimi_k25()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"MoonViT cannot be built outside a server on {engine['version']}: {exc}")
