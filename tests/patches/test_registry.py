@@ -271,3 +271,13 @@ def test_context_restores_inherited_class_attribute() -> None:
     assert Child().method() == "patched"
     ctx.undo()
     assert "method" not in Child.__dict__ and Child().method() == "base"
+
+
+def test_revert_also_restores_copies_made_while_patched(registry, fake_engine, monkeypatch) -> None:
+    registry.apply()
+    late = types.ModuleType(f"{ENGINE}.late_import")
+    late.feature = fake_engine.target.feature  # imported after the patch: holds the replacement
+    monkeypatch.setitem(sys.modules, f"{ENGINE}.late_import", late)
+    assert late.feature is _fast_feature
+    registry.revert()
+    assert late.feature is _original_feature

@@ -47,6 +47,19 @@ class PatchResult:
         }
 
 
+def _globals_bound_to(obj: Any, prefixes: tuple[str, ...]) -> list[tuple[Any, str]]:
+    """(module, name) of every global that *is* ``obj`` in modules under ``prefixes``."""
+    found = []
+    for mod_name, module in list(sys.modules.items()):
+        if module is None or not mod_name.startswith(prefixes):
+            continue
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        found.extend((module, key) for key, value in list(namespace.items()) if value is obj)
+    return found
+
+
 class PatchContext:
     """Records every attribute a patch sets so that ``undo`` restores the originals."""
 
@@ -74,16 +87,9 @@ class PatchContext:
         # the patch was active copied ``replacement``; the sweep points those back too.
         self._changes.append((_SWEEP, "", (original, replacement, prefixes)))
         rebound = []
-        for mod_name, module in list(sys.modules.items()):
-            if module is None or not mod_name.startswith(prefixes):
-                continue
-            namespace = getattr(module, "__dict__", None)
-            if not isinstance(namespace, dict):
-                continue
-            for key, value in list(namespace.items()):
-                if value is original:
-                    self.set_attr(module, key, replacement)
-                    rebound.append(f"{mod_name}.{key}")
+        for module, key in _globals_bound_to(original, prefixes):
+            self.set_attr(module, key, replacement)
+            rebound.append(f"{module.__name__}.{key}")
         return rebound
 
     def undo(self) -> None:
@@ -102,15 +108,8 @@ class PatchContext:
 
     @staticmethod
     def _sweep(original: Any, replacement: Any, prefixes: tuple[str, ...]) -> None:
-        for mod_name, module in list(sys.modules.items()):
-            if module is None or not mod_name.startswith(prefixes):
-                continue
-            namespace = getattr(module, "__dict__", None)
-            if not isinstance(namespace, dict):
-                continue
-            for key, value in list(namespace.items()):
-                if value is replacement:
-                    setattr(module, key, original)
+        for module, key in _globals_bound_to(replacement, prefixes):
+            setattr(module, key, original)
 
     def __len__(self) -> int:
         return sum(1 for owner, _, _ in self._changes if owner is not _SWEEP)
