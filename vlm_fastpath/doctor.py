@@ -103,11 +103,12 @@ def render(report: dict[str, Any]) -> str:
     lines.append("patches:")
     if not report["patches"]:
         lines.append("  (none registered)")
+    width = max((len(p["name"]) for p in report["patches"]), default=0)
     for patch in report["patches"]:
         version = patch["engine_version"] or "-"
         lines.append(
-            f"  {patch['name']:<34} {patch['engine']:<7} {version:<12} {patch['status']:<20} "
-            f"{patch['reason']}"
+            f"  {patch['name']:<{width}}  {patch['engine']:<7} {version:<12} "
+            f"{patch['status']:<20} {patch['reason']}"
         )
     for trigger, error in report.get("import_errors", {}).items():
         lines.append(f"  could not import {trigger}: {error}")
