@@ -10,7 +10,7 @@ STAMP := $(VENV)/.vlm-fastpath-installed
 CORE_PINS := ci/core-requirements.txt
 
 # ci/engines.mk owns .envs/; bench only adds its extras to one env.
-.PHONY: all venv bench test test-core test-engines lint doctor clean
+.PHONY: all venv bench e2e test test-core test-engines lint doctor clean
 
 all: test
 
@@ -49,6 +49,11 @@ test-core: venv
 test-engines: venv
 	$(MAKE) --no-print-directory -f ci/engines.mk test-engines
 	$(MAKE) --no-print-directory -f ci/sglang.mk test-sglang
+	$(MAKE) --no-print-directory -f ci/serving.mk test-e2e-smoke
+
+# End-to-end serving A/B (vLLM on CPU with and without the plugin): see ci/serving/README.md.
+e2e: venv
+	$(MAKE) --no-print-directory -f ci/serving.mk e2e
 
 lint: venv
 	$(VENV)/bin/ruff check vlm_fastpath tests benchmarks ci

@@ -22,11 +22,16 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _bench(rest: list[str]) -> int:
+    """``bench [args]``: preprocessing benchmark; ``bench serve [args]``: end-to-end A/B."""
     root = Path(__file__).resolve().parent.parent
     if not (root / "benchmarks" / "preprocess.py").exists():
         print("vlm-fastpath bench needs a source checkout (benchmarks/ is not installed)")
         return 2
     sys.path.insert(0, str(root))
+    if rest[:1] == ["serve"]:
+        from benchmarks.serving.run import main as serve_main
+
+        return serve_main(rest[1:]) or 0
     from benchmarks.preprocess import main as bench_main
 
     return bench_main(rest)
@@ -40,7 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument(
         "--no-import", action="store_true", help="do not import engines to decide patches"
     )
-    sub.add_parser("bench", help="the preprocessing benchmark (args go to benchmarks.preprocess)")
+    sub.add_parser(
+        "bench",
+        help="preprocessing benchmark (args go to benchmarks.preprocess); "
+        "'bench serve' runs the end-to-end serving A/B (benchmarks.serving.run)",
+    )
     args, rest = parser.parse_known_args(argv)
     if args.command == "doctor":
         if rest:

