@@ -144,9 +144,9 @@ class FusedKimiProcessor:
         items = [_frames_of(media) for media in medias]
         plans = [self.plan(media) for media in medias]
         total = sum(plan.num_patches for plan in plans)
-        pixel_values = torch.empty(
-            (total, 3, p, p), dtype=torch.uint8 if lut.dtype == np.uint8 else torch.float32
-        )
+        # numpy, not torch.empty: numpy asks the kernel for transparent huge pages on large
+        # buffers (madvise), which makes first-touch page faults on the output ~4x cheaper.
+        pixel_values = torch.from_numpy(np.empty((total, 3, p, p), dtype=lut.dtype))
         grid_thws = torch.tensor([plan.grid_thw for plan in plans], dtype=torch.int64)
         grid_thws = grid_thws.reshape(len(plans), 3)
         self._fill(items, plans, pixel_values.numpy(), lut)
