@@ -15,4 +15,15 @@ PATCH_MODULES += (
     "vlm_fastpath.patches.sglang.layers_attention_vision",
     "vlm_fastpath.patches.sglang.models_kimi_k25",
     "vlm_fastpath.patches.sglang.multimodal_processors_kimi_k25",
+    # deferred CUDA-IPC reconstruction under encoder DP (issue 4 item 4); the Kimi one wraps
+    # the get_image_feature above and is itself wrapped by the deferred-preprocessing owner
+    "vlm_fastpath.patches.sglang.utils_cuda_ipc_transport_utils",
+    "vlm_fastpath.patches.sglang.managers_schedule_batch",
+    "vlm_fastpath.patches.sglang.multimodal_mm_utils",
+    "vlm_fastpath.patches.sglang.models_kimi_k25_encoder_dp",
+    "vlm_fastpath.patches.sglang.managers_mm_utils_ipc",
+    "vlm_fastpath.patches.sglang.multimodal_processors_base_processor",
+    # deferred preprocessing (issue 5); after the modules above so it wraps their methods
+    "vlm_fastpath.patches.sglang.models_kimi_k25_deferred",
+    "vlm_fastpath.patches.sglang.multimodal_processors_kimi_k25_deferred",
 )

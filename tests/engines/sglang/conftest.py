@@ -21,6 +21,9 @@ SGLANG_MODULES = (
     "sglang.srt.layers.attention.vision",
     "sglang.srt.models.kimi_k25",
     "sglang.srt.multimodal.processors.kimi_k25",
+    "sglang.srt.utils.cuda_ipc_transport_utils",
+    "sglang.srt.multimodal.mm_utils",
+    "sglang.srt.multimodal.processors.base_processor",
 )
 
 H2D = "sglang-batched-feature-h2d"
@@ -39,6 +42,25 @@ EXPECTED = {
     "0.5.23": {H2D: "upstream", GRID: "upstream", VISION: "upstream", MOONVIT: "upstream",
                PROC: "unsupported-version"},
 }
+
+# deferred CUDA-IPC reconstruction under encoder DP (issue 4 item 4): upstream from 0.5.16
+IPC = (
+    "sglang-ipc-consumer-count",
+    "sglang-ipc-deferred-reconstruction",
+    "sglang-encoder-dp-local-loader",
+    "sglang-kimi-k25-encoder-dp-owner-only",
+    "sglang-ipc-cache-hit-release",
+    "sglang-kimi-k25-defer-ipc-marker",
+)
+for _version, _status in (("0.5.12.post1", "applied"), ("0.5.15.post1", "applied"),
+                          ("0.5.17", "upstream"), ("0.5.23", "upstream")):
+    EXPECTED[_version].update(dict.fromkeys(IPC, _status))
+
+# Kimi K2.5 deferred preprocessing (issue 5): no upstream equivalent for K2.5
+DEFER = ("sglang-kimi-k25-deferred-owner", "sglang-kimi-k25-deferred-sender")
+for _version, _status in (("0.5.12.post1", "applied"), ("0.5.15.post1", "applied"),
+                          ("0.5.17", "applied"), ("0.5.23", "unsupported-version")):
+    EXPECTED[_version].update(dict.fromkeys(DEFER, _status))
 
 
 def _snapshot():

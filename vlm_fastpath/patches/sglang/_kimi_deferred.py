@@ -1,0 +1,117 @@
+"""Shared pieces of the SGLang Kimi deferred-preprocessing patches (no engine import).
+
+The sender (``multimodal_processors_kimi_k25_deferred``) and the owner
+(``models_kimi_k25_deferred``) agree on three things defined here:
+
+- ``ITEM_KEY``: the ``model_specific_data`` key of a multimodal item that carries one
+  :class:`~vlm_fastpath.kimi_integration.deferred.DeferredPayload` per image (a list, so
+  SGLang's own per-image split of a bundled item slices it like ``image_grid_thw``);
+- the item's ``feature``: a 1-D uint8 content digest with one byte per patch
+  (:func:`digest_feature`), so SGLang's per-image split, hashing, pad values and embedding
+  cache keep working on real tensors while the pixels travel in the payload;
+- ``VLM_FASTPATH_DEFER``: ``1`` always defers host images, ``0`` never, unset (``auto``)
+  defers where the release would preprocess on the CPU in the tokenizer process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+ITEM_KEY = "_vlm_fastpath_kimi_deferred"
+ENV = "VLM_FASTPATH_DEFER"
+RESIZE_ENV = "VLM_FASTPATH_DEFER_RESIZE"
+OWNER_MARK = "__vlm_fastpath_deferred_owner__"
+
+_ON = ("1", "true", "on", "yes")
+_OFF = ("0", "false", "off", "no")
+
+
+def defer_mode() -> str:
+    """``"on"``, ``"off"`` or ``"auto"`` from ``VLM_FASTPATH_DEFER``."""
+    value = os.environ.get(ENV, "auto").strip().lower()
+    if value in _ON:
+        return "on"
+    if value in _OFF:
+        return "off"
+    return "auto"
+
+
+def resize_backend() -> str:
+    return os.environ.get(RESIZE_ENV, "auto").strip().lower() or "auto"
+
+
+def digest_feature(payload: Any, num_patches: int):
+    """A uint8 ``[num_patches]`` tensor holding the payload's content digest.
+
+    The first ``min(32, num_patches)`` bytes are a SHA-256 over the plan and every pixel
+    byte (at least 4 bytes: the smallest Kimi image has 2x2 patches; 8 or more for any
+    image larger than 28x28), the rest zeros. Its hash depends only on the image.
+    """
+    import torch
+
+    hasher = hashlib.sha256()
+    for media in payload.medias:
+        hasher.update(repr((media.kind, media.plan, media.decision.form.value)).encode())
+        if media.pixel_values is not None:
+            hasher.update(media.pixel_values.contiguous().numpy().tobytes())
+        for frame in media.frames:
+            data = frame.data
+            if isinstance(data, torch.Tensor):
+                hasher.update(repr(tuple(data.shape)).encode())
+                hasher.update(data.contiguous().numpy().tobytes())
+            else:
+                hasher.update(bytes(data))
+    digest = hasher.digest()
+    out = torch.zeros(num_patches, dtype=torch.uint8)
+    n = min(len(digest), num_patches)
+    out[:n] = torch.frombuffer(bytearray(digest[:n]), dtype=torch.uint8)
+    return out
+
+
+def merge_payloads(payloads: Sequence[Any]):
+    """One payload holding every media of ``payloads`` in order (same config/background)."""
+    from ...kimi_integration.deferred import DeferredPayload
+    from ...kimi_integration.errors import DeferredPayloadError
+
+    if not payloads:
+        raise DeferredPayloadError("no deferred payloads to merge")
+    first = payloads[0]
+    medias = []
+    for payload in payloads:
+        if not isinstance(payload, DeferredPayload):
+            raise DeferredPayloadError(
+                f"expected a DeferredPayload, got {type(payload).__name__}"
+            )
+        if (payload.config, payload.background, payload.version) != (
+            first.config, first.background, first.version
+        ):
+            raise DeferredPayloadError("deferred items of one batch disagree on their config")
+        medias.extend(payload.medias)
+    decoder = first.decoder
+    for payload in payloads:
+        if any(f.form.value == "encoded" for m in payload.medias for f in m.frames):
+            decoder = payload.decoder
+    return DeferredPayload(
+        medias=medias, config=first.config, background=first.background, decoder=decoder,
+        version=first.version,
+    )
+
+
+_OWNER_PROCESSORS: dict[str, Any] = {}
+
+
+def owner_processor(payload: Any):
+    """The owner's ``DeferredKimiProcessor`` for a payload's config and background (cached)."""
+    import json
+
+    from ...kimi_integration.deferred import DeferredKimiProcessor
+
+    key = json.dumps([payload.config, payload.background], sort_keys=True, default=str)
+    proc = _OWNER_PROCESSORS.get(key)
+    if proc is None:
+        proc = DeferredKimiProcessor(payload.config, payload.background or None)
+        _OWNER_PROCESSORS[key] = proc
+    return proc
