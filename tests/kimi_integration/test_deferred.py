@@ -167,9 +167,11 @@ def _composite_oracle(rgba: np.ndarray, bg: BackgroundConfig) -> np.ndarray:
         plane = np.where(((yy // bg.square) + (xx // bg.square)) % 2 == 0, bg.light, bg.dark)
     else:
         plane = np.full((h, w), {"white": 255, "black": 0, "gray": bg.gray_level}[bg.mode])
-    a = rgba[..., 3:4].astype(np.int64)
-    out = (rgba[..., :3].astype(np.int64) * a + plane[..., None] * (255 - a) + 127) // 255
-    return out.astype(np.uint8)
+    # K3's float32 blend, truncated (sglang kimi_k3_image_processing.fill_transparent_bg)
+    a = np.clip(rgba[..., 3:4].astype(np.float32) / np.float32(255.0), 0, 1)
+    rgb = rgba[..., :3].astype(np.float32)
+    out = a * rgb + (np.float32(1.0) - a) * plane[..., None].astype(np.float32)
+    return np.floor(np.clip(out, 0, 255)).astype(np.uint8)
 
 
 RGBA_INPUTS = ["pil-rgba", "png-rgba-bytes", "pil-la", "pil-p-transparency", "np-hwc4"]

@@ -7,6 +7,9 @@ PATCH_MODULES: tuple[str, ...] = (
     "vlm_fastpath.patches.vllm.transformers_utils_processor",
     "vlm_fastpath.patches.vllm.models_kimi_k25",
     "vlm_fastpath.patches.vllm.processors_kimi_k25_vision_fused",
+    # uint8 transport + device-side normalization (issue 5); after the processor patches,
+    # whose status it checks
+    "vlm_fastpath.patches.vllm.models_kimi_k25_device_normalize",
 )
 
 # SGLang (vlm_fastpath/patches/sglang/, one module per patched upstream module)
@@ -14,6 +17,7 @@ PATCH_MODULES += (
     "vlm_fastpath.patches.sglang.managers_mm_utils",
     "vlm_fastpath.patches.sglang.layers_attention_vision",
     "vlm_fastpath.patches.sglang.models_kimi_k25",
+    "vlm_fastpath.patches.sglang.models_kimi_k25_sdpa",  # wraps the encoder forward above
     "vlm_fastpath.patches.sglang.multimodal_processors_kimi_k25",
     # deferred CUDA-IPC reconstruction under encoder DP (issue 4 item 4); the Kimi one wraps
     # the get_image_feature above and is itself wrapped by the deferred-preprocessing owner
@@ -26,4 +30,7 @@ PATCH_MODULES += (
     # deferred preprocessing (issue 5); after the modules above so it wraps their methods
     "vlm_fastpath.patches.sglang.models_kimi_k25_deferred",
     "vlm_fastpath.patches.sglang.multimodal_processors_kimi_k25_deferred",
+    # Kimi K3 deferred preprocessing on 0.5.17 (upstream from 0.5.18, sglang #33921)
+    "vlm_fastpath.patches.sglang.models_kimi_k3_deferred",
+    "vlm_fastpath.patches.sglang.multimodal_processors_kimi_k3_deferred",
 )

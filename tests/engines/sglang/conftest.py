@@ -62,11 +62,33 @@ for _version, _status in (("0.5.12.post1", "applied"), ("0.5.15.post1", "applied
                           ("0.5.17", "applied"), ("0.5.23", "unsupported-version")):
     EXPECTED[_version].update(dict.fromkeys(DEFER, _status))
 
+# Kimi K3 deferred preprocessing (issue 5): 0.5.17 only; upstream from 0.5.18. Releases before
+# 0.5.17 have no K3 module, so the patches wait for a trigger that never comes ("pending").
+# The engine fixture imports the K3 modules where they exist, so statuses do not depend on
+# test order.
+K3_MODULES = ("sglang.srt.models.kimi_k3", "sglang.srt.multimodal.processors.kimi_k3")
+K3_DEFER = ("sglang-kimi-k3-deferred-owner", "sglang-kimi-k3-deferred-sender")
+for _version, _status in (("0.5.12.post1", "pending"), ("0.5.15.post1", "pending"),
+                          ("0.5.17", "applied"), ("0.5.23", "upstream")):
+    EXPECTED[_version].update(dict.fromkeys(K3_DEFER, _status))
+
+# MoonViT with the SDPA vision backend: mask from host cu_seqlens (0.5.17/0.5.23 still sync)
+SDPA = "sglang-moonvit-sdpa-host-cu-seqlens"
+for _version, _status in (("0.5.12.post1", "applied"), ("0.5.15.post1", "applied"),
+                          ("0.5.17", "unsupported-version"), ("0.5.23", "unsupported-version")):
+    EXPECTED[_version][SDPA] = _status
+
+
+def _present(names):
+    import importlib.util
+
+    return tuple(name for name in names if importlib.util.find_spec(name) is not None)
+
 
 def _snapshot():
     """Every attribute any SGLang patch may replace, as it is now (by identity)."""
     snap = {}
-    for name in SGLANG_MODULES:
+    for name in SGLANG_MODULES + _present(K3_MODULES):
         mod = importlib.import_module(name)
         for key, value in vars(mod).items():
             if inspect.isfunction(value) or inspect.isclass(value):
@@ -80,7 +102,7 @@ def _snapshot():
 
 @pytest.fixture(scope="session")
 def engine():
-    for name in SGLANG_MODULES:
+    for name in SGLANG_MODULES + _present(K3_MODULES):
         importlib.import_module(name)
     REGISTRY.revert(engine="sglang")
     originals = _snapshot()

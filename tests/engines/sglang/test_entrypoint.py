@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .conftest import EXPECTED, SGLANG_MODULES
+from .conftest import EXPECTED, K3_MODULES, SGLANG_MODULES, _present
 
 SCRIPT = r"""
 import importlib, json, sys
@@ -33,7 +33,7 @@ print("RESULT" + json.dumps({"status": status, "touched": touched}))
 
 
 def run_fresh(use_loader: bool, **env):
-    code = SCRIPT % {"mods": list(SGLANG_MODULES), "use_loader": use_loader}
+    code = SCRIPT % {"mods": list(SGLANG_MODULES + _present(K3_MODULES)), "use_loader": use_loader}
     full_env = {**os.environ, **env}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=full_env, timeout=300)

@@ -1,7 +1,8 @@
 """Fresh-process scenarios for the vLLM suite; prints one JSON object on the last line.
 
 Usage: ``python -m tests.engines.vllm.probe SCENARIO MODEL_DIR`` with SCENARIO one of
-``plugin``, ``disabled``, ``threads``. Run in a subprocess so each starts from a clean import.
+``plugin``, ``disabled``, ``threads``, ``device_normalize``. Run in a subprocess so each starts
+from a clean import.
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ def _targets() -> dict[str, object]:
         for name in names:
             if module is not None and name in module.__dict__:
                 out[f"{mod_name}.{name}"] = module.__dict__[name]
+    kimi = sys.modules.get(KIMI)
+    for cls_name, attrs in (
+        ("KimiK25ProcessingInfo", ("get_hf_processor",)),
+        ("KimiK25ForConditionalGeneration", ("__init__", "_parse_and_validate_media_input")),
+    ):
+        cls = getattr(kimi, cls_name, None)
+        for attr in attrs:
+            if cls is not None and attr in cls.__dict__:
+                out[f"{KIMI}.{cls_name}.{attr}"] = cls.__dict__[attr]
     return out
 
 
@@ -154,9 +164,51 @@ def threads(model_dir: Path) -> dict[str, object]:
     }
 
 
+def device_normalize(model_dir: Path) -> dict[str, object]:
+    """With whatever VLM_FASTPATH_SKIP says: statuses and the dtype vLLM's processor emits."""
+    import importlib
+
+    import numpy as np
+    from PIL import Image
+
+    from tests.engines.vllm.kimi_model import MEDIA_PAD, clear_processor_caches, processing_info
+
+    importlib.import_module(KIMI)
+    import vlm_fastpath
+
+    clear_processor_caches()
+    info = processing_info(model_dir)
+    pixels = np.random.default_rng(0).integers(0, 256, (200, 300, 3), np.uint8)
+    medias = [{"type": "image", "image": Image.fromarray(pixels)}]
+    out = info.get_hf_processor()(text=MEDIA_PAD, vision_chunks=medias, return_tensors="pt")
+    kimi = sys.modules[KIMI]
+    model_cls = kimi.KimiK25ForConditionalGeneration
+    wrapped = [
+        name
+        for name, fn in (
+            ("get_hf_processor", kimi.KimiK25ProcessingInfo.__dict__["get_hf_processor"]),
+            ("__init__", model_cls.__dict__["__init__"]),
+            ("_parse", model_cls.__dict__["_parse_and_validate_media_input"]),
+        )
+        if hasattr(fn, "__vlm_fastpath_original__")
+    ]
+    return {
+        "status": _statuses(),
+        "reasons": {r["name"]: r["reason"] for r in vlm_fastpath.status("vllm")},
+        "dtype": str(out["pixel_values"].dtype),
+        "wrapped": wrapped,
+    }
+
+
 def main() -> None:
     scenario, model_dir = sys.argv[1], Path(sys.argv[2])
-    result = {"plugin": plugin, "disabled": disabled, "threads": threads}[scenario](model_dir)
+    scenarios = {
+        "plugin": plugin,
+        "disabled": disabled,
+        "threads": threads,
+        "device_normalize": device_normalize,
+    }
+    result = scenarios[scenario](model_dir)
     print(json.dumps(result))
 
 

@@ -12,6 +12,7 @@ from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[3]
 FUSED_UPSTREAM = Version("0.25")
+UINT8_UPSTREAM = Version("0.32")  # vLLM normalizes Kimi pixels on the device itself
 OURS = "vlm_fastpath.patches.vllm._kimi_adapter.FastpathKimiVisionProcessor"
 
 
@@ -30,16 +31,19 @@ def _probe(scenario: str, model_dir: Path, **env: str) -> dict:
 
 
 def _expected(version: Version) -> dict[str, str]:
+    device_normalize = "upstream" if version >= UINT8_UPSTREAM else "applied"
     if version >= FUSED_UPSTREAM:
         return {
             "vllm-processor-cls-overrides": "upstream",
             "vllm-kimi-processor": "upstream",
             "vllm-kimi-fused-processor": "applied",
+            "vllm-kimi-device-normalize": device_normalize,
         }
     return {
         "vllm-processor-cls-overrides": "applied",
         "vllm-kimi-processor": "applied",
         "vllm-kimi-fused-processor": "unsupported-version",
+        "vllm-kimi-device-normalize": device_normalize,
     }
 
 

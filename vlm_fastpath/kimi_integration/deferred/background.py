@@ -2,10 +2,17 @@
 
 K2.5/K2.6 (the checkpoint's processor) calls ``convert("RGB")``: alpha is dropped, the colour
 under a transparent pixel shows (``mode="drop"``, the default). Kimi K3 composites images
-that carry transparency onto a configured background before resizing: ``white``, ``black``,
-``gray`` or a ``chessboard``. The blend is integer arithmetic,
-``(rgb * a + bg * (255 - a) + 127) // 255``, so it gives the same bytes on every device and
-the eager and deferred paths agree exactly.
+that carry transparency onto a configured background: ``white`` (255), ``black`` (0),
+``gray`` (128) or a ``chessboard`` (squares of 16 px, levels 255 and 200, the top-left square
+the light one unless ``chessboard_square_on_top_left`` is false). The blend is SGLang's K3
+arithmetic (``kimi_k3_image_processing.fill_transparent_bg``, 0.5.17+) in float32,
+``floor(clamp(a/255 * rgb + (1 - a/255) * bg, 0, 255))`` (the checkpoint casts with
+``astype(np.uint8)``, which truncates); every op is elementwise, so every device gives the
+same bytes. The checkpoint's ``transparent_bg_config`` dict (``pattern``,
+``chessboard_square_size``, ``chessboard_white_value``, ``chessboard_gray_value``,
+``chessboard_square_on_top_left``, ``transparent_bg_fill_stage``) is accepted as is; ``None``
+drops alpha. Note: K3 fills *after* the resize (on the resized RGBA); this module only
+defines the fill, the stage is the caller's.
 """
 
 from __future__ import annotations
@@ -32,15 +39,16 @@ class BackgroundConfig:
     """How to fill transparent pixels (see the module docstring).
 
     ``gray_level``: the ``gray`` fill. ``square``: chessboard square side in pixels of the
-    original image; ``light``/``dark``: the chessboard's two levels (the top-left square is
-    ``light``).
+    image being filled; ``light``/``dark``: the chessboard's two levels (the top-left square is
+    ``light`` when ``light_top_left``, else ``dark``). Defaults are K3's.
     """
 
     mode: str = "drop"
     gray_level: int = 128
-    square: int = 8
+    square: int = 16
     light: int = 255
-    dark: int = 204
+    dark: int = 200
+    light_top_left: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -59,6 +67,9 @@ class BackgroundConfig:
             return value
         if isinstance(value, str):
             return cls(mode=value)
+        if isinstance(value, Mapping) and ("pattern" in value or any(
+                str(key).startswith(("chessboard_", "transparent_bg")) for key in value)):
+            return cls.from_checkpoint(value)
         if isinstance(value, Mapping):
             unknown = set(value) - set(cls.__dataclass_fields__)
             if unknown:
@@ -66,6 +77,25 @@ class BackgroundConfig:
             return cls(**dict(value))
         raise KimiConfigError(
             f"background config must be None, a mode name or a dict, got {type(value).__name__}"
+        )
+
+    @classmethod
+    def from_checkpoint(cls, cfg: Mapping[str, Any] | None) -> BackgroundConfig:
+        """The Kimi K3 checkpoint's ``transparent_bg_config`` (``None``: alpha dropped)."""
+        if cfg is None:
+            return cls()
+        known = {"pattern", "chessboard_square_size", "chessboard_white_value",
+                 "chessboard_gray_value", "chessboard_square_on_top_left",
+                 "transparent_bg_fill_stage"}
+        unknown = set(cfg) - known
+        if unknown:
+            raise KimiConfigError(f"unknown transparent_bg_config key(s): {sorted(unknown)}")
+        return cls(
+            mode=cfg.get("pattern", "black"),
+            square=cfg.get("chessboard_square_size", 16),
+            light=cfg.get("chessboard_white_value", 255),
+            dark=cfg.get("chessboard_gray_value", 200),
+            light_top_left=bool(cfg.get("chessboard_square_on_top_left", True)),
         )
 
     @property
@@ -87,7 +117,8 @@ def background_plane(bg: BackgroundConfig, height: int, width: int,
         ys = torch.arange(height, device=device, dtype=torch.int32) // bg.square
         xs = torch.arange(width, device=device, dtype=torch.int32) // bg.square
         odd = (ys[:, None] + xs[None, :]) % 2
-        return torch.where(odd == 0, bg.light, bg.dark).to(torch.int32)
+        light_parity = 0 if bg.light_top_left else 1
+        return torch.where(odd == light_parity, bg.light, bg.dark).to(torch.int32)
     level = {"white": 255, "black": 0, "gray": bg.gray_level}.get(bg.mode)
     if level is None:
         raise KimiConfigError(f"background mode {bg.mode!r} has no fill plane")
@@ -98,7 +129,8 @@ def fill_transparent_bg(x: torch.Tensor, bg_config: BackgroundConfig | Any) -> t
     """uint8 ``[..., C, H, W]`` -> uint8 ``[..., 3, H, W]`` with transparency resolved.
 
     ``C`` is 1 (gray: replicated), 3 (returned as is) or 4 (RGBA: alpha dropped for
-    ``drop``, else blended onto the background). Exact integer arithmetic on any device.
+    ``drop``, else blended onto the background with K3's float32 arithmetic, see the module
+    docstring; elementwise, so identical on any device).
     """
     bg = BackgroundConfig.from_config(bg_config)
     if x.dtype != torch.uint8 or x.dim() < 3:
@@ -113,7 +145,7 @@ def fill_transparent_bg(x: torch.Tensor, bg_config: BackgroundConfig | Any) -> t
     rgb = x[..., :3, :, :]
     if not bg.needs_alpha:
         return rgb
-    alpha = x[..., 3:4, :, :].to(torch.int32)
-    plane = background_plane(bg, x.shape[-2], x.shape[-1], x.device)
-    blended = (rgb.to(torch.int32) * alpha + plane * (255 - alpha) + 127) // 255
-    return blended.to(torch.uint8)
+    alpha = (x[..., 3:4, :, :].to(torch.float32) / 255.0).clamp(0.0, 1.0)
+    plane = background_plane(bg, x.shape[-2], x.shape[-1], x.device).to(torch.float32)
+    blended = alpha * rgb.to(torch.float32) + (1.0 - alpha) * plane
+    return blended.clamp(0.0, 255.0).floor_().to(torch.uint8)

@@ -115,3 +115,51 @@ def owner_processor(payload: Any):
         proc = DeferredKimiProcessor(payload.config, payload.background or None)
         _OWNER_PROCESSORS[key] = proc
     return proc
+
+
+# -- Kimi K3 (sglang 0.5.17: the release's own GPU-path arithmetic, run on the owner) ----------
+K3_ITEM_KEY = "_vlm_fastpath_kimi_k3_deferred"
+
+
+class K3DeferredImage:
+    """One K3 image as it crosses the process boundary: uint8 CHW pixels (3 or 4 channels)
+    and what the owner needs to finish it (as 0.5.18's ``KimiK3DeferredPreprocessing``)."""
+
+    __slots__ = ("pixels", "resize_config", "image_mean", "image_std",
+                 "transparent_bg_config", "patch_size")
+
+    def __init__(self, pixels, resize_config, image_mean, image_std, transparent_bg_config,
+                 patch_size) -> None:
+        self.pixels = pixels
+        self.resize_config = dict(resize_config)
+        self.image_mean = [float(v) for v in image_mean]
+        self.image_std = [float(v) for v in image_std]
+        self.transparent_bg_config = transparent_bg_config
+        self.patch_size = int(patch_size)
+
+    def __getstate__(self):
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state) -> None:
+        for name in self.__slots__:
+            setattr(self, name, state[name])
+
+    @property
+    def payload_bytes(self) -> int:
+        return self.pixels.numel() * self.pixels.element_size()
+
+
+def k3_digest_feature(image: K3DeferredImage, num_patches: int):
+    """Like :func:`digest_feature`, for a :class:`K3DeferredImage`."""
+    import torch
+
+    hasher = hashlib.sha256()
+    hasher.update(repr((tuple(image.pixels.shape), sorted(image.resize_config.items()),
+                        image.image_mean, image.image_std, image.transparent_bg_config,
+                        image.patch_size)).encode())
+    hasher.update(image.pixels.contiguous().numpy().tobytes())
+    digest = hasher.digest()
+    out = torch.zeros(num_patches, dtype=torch.uint8)
+    n = min(len(digest), num_patches)
+    out[:n] = torch.frombuffer(bytearray(digest[:n]), dtype=torch.uint8)
+    return out

@@ -162,7 +162,12 @@ class TransferRecorder(TorchFunctionMode):
         ) if "device" in kwargs else kwargs
         out = func(*args, **kwargs)
         if from_device and func not in _SYNC_METHODS:
+            if func is torch.Tensor.to and self._is_host(dest or ""):
+                # a real .to("cpu") of a device tensor is a new host tensor
+                return out.clone() if out is args[0] else out
             self.mark(out)
+        elif from_device and func is torch.Tensor.cpu and out is args[0]:
+            out = out.clone()  # a host copy, not the device tensor (on the CPU .cpu() is self)
         return out
 
 
@@ -281,19 +286,31 @@ def tiny_moonvit_config(num_layers: int = 27):
     return cfg
 
 
-def build_kimi_k25(num_layers: int = 27, seed: int = 0):
+def build_kimi_k25(num_layers: int = 27, seed: int = 0, backend: str = "fa3"):
     """A ``KimiK25ForConditionalGeneration`` holding the real MoonViT tower and projector.
 
     Built without a language model (the encoder path needs none); FA3 forced via ``fa3_stub``
-    at construction time. Returns the model in float32 on the CPU.
+    at construction time, or ``backend="sdpa"``: the SDPA vision backend (server args'
+    ``mm_attention_backend`` set for the construction only). Returns the model in float32 on
+    the CPU.
     """
     import sglang.srt.models.kimi_k25 as kimi
+    from sglang.srt import server_args as sa
 
     setup_sglang_cpu()
     torch.manual_seed(seed)
     cfg = tiny_moonvit_config(num_layers)
-    with fa3_stub(None):
-        tower = kimi.MoonViT3dPretrainedModel(cfg, use_data_parallel=True)
+    if backend == "fa3":
+        with fa3_stub(None):
+            tower = kimi.MoonViT3dPretrainedModel(cfg, use_data_parallel=True)
+    else:
+        args = (getattr(sa, "get_global_server_args", None) or sa.get_server_args)()
+        saved = args.mm_attention_backend
+        args.mm_attention_backend = backend
+        try:
+            tower = kimi.MoonViT3dPretrainedModel(cfg, use_data_parallel=True)
+        finally:
+            args.mm_attention_backend = saved
     model = kimi.KimiK25ForConditionalGeneration.__new__(kimi.KimiK25ForConditionalGeneration)
     torch.nn.Module.__init__(model)
     model.vision_tower = tower

@@ -8,8 +8,14 @@ sglang-vision-host-max-seqlen
     How: each backend's ``forward`` uses the ``max_seqlen`` keyword when it is a
     ``HostMaxSeqlen`` (the host integer our MoonViT patch computes once per forward) and
     ``cu_seqlens`` is a tensor outside CUDA-graph mode; every other call runs the release's own
-    code. The SDPA backend (``cu_seqlens.cpu().tolist()`` to build its mask) is left as it is.
-    Upstream: sglang PR #30878 (+#31227), ``resolve_precomputed_max_seqlen`` in 0.5.16.
+    code. The SDPA backend builds its mask from ``cu_seqlens.cpu().tolist()`` (one sync per
+    block); given a ``HostMaxSeqlen`` and the host ``cu_seqlens`` of the running MoonViT forward
+    (``HOST_SEQLENS``, set by ``sglang-moonvit-sdpa-host-cu-seqlens``) whose length, total and
+    maximum agree with the call, it passes the release's own mask built from those host values
+    (``generate_patch_attention_mask`` on a host tensor: same values, same cache, no sync).
+    Upstream: sglang PR #30878 (+#31227), ``resolve_precomputed_max_seqlen`` in 0.5.16 (the
+    SDPA backend still syncs per call in 0.5.17 and 0.5.23; our MoonViT patches stand aside
+    there, so this stays a known gap of those releases).
     Applies to: sglang 0.5.12 - 0.5.15.post1; stands aside ("upstream") where the module has
     ``resolve_precomputed_max_seqlen``.
 """
@@ -20,7 +26,7 @@ import functools
 
 from ..base import Patch, PatchContext
 from ..registry import register
-from ._common import HostMaxSeqlen, module, require
+from ._common import HOST_SEQLENS, HostMaxSeqlen, module, require
 
 VISION = "sglang.srt.layers.attention.vision"
 
@@ -84,6 +90,39 @@ def _triton_forward(original, g):
     return forward
 
 
+def _host_cu_seqlens(kwargs, cu_seqlens, q, bsz, g):
+    """A host ``cu_seqlens`` tensor equal to ``cu_seqlens`` (checked without a sync), or None."""
+    max_seqlen = _host_max_seqlen(kwargs, cu_seqlens, g)
+    current = HOST_SEQLENS.get()
+    if max_seqlen is None or current is None or cu_seqlens.dim() != 1:
+        return None
+    cu = current.cu_seqlens()
+    lengths = [end - start for start, end in zip(cu[:-1], cu[1:], strict=True)]
+    if (
+        len(cu) != cu_seqlens.shape[0]
+        or cu[-1] != q.shape[0]
+        or bsz != 1
+        or max(lengths, default=0) != max_seqlen
+    ):
+        return None
+    return current.cu_seqlens_tensor()
+
+
+def _sdpa_forward(original, g):
+    @functools.wraps(original)
+    def forward(self, q, k, v, bsz, cu_seqlens=None, attention_mask=None, **kwargs):
+        if attention_mask is None and cu_seqlens is not None and q.dim() == 3:
+            host = _host_cu_seqlens(kwargs, cu_seqlens, q, bsz, g)
+            if host is not None:
+                attention_mask = self.generate_patch_attention_mask(
+                    q.shape[0] // bsz, host, flatten_batch=self.flatten_batch
+                )
+        return original(self, q, k, v, bsz, cu_seqlens=cu_seqlens,
+                        attention_mask=attention_mask, **kwargs)
+
+    return forward
+
+
 @register
 class VisionHostMaxSeqlen(Patch):
     name = "sglang-vision-host-max-seqlen"
@@ -92,7 +131,10 @@ class VisionHostMaxSeqlen(Patch):
     trigger = VISION
     modules = (VISION,)
     upstream_pr = "sgl-project/sglang#30878"
-    summary = "FA3/FA4/Triton vision backends use a host max_seqlen instead of .item() per call"
+    summary = (
+        "FA3/FA4/Triton vision backends use a host max_seqlen instead of .item() per call; "
+        "SDPA builds its mask from host cu_seqlens"
+    )
 
     def upstream_equivalent(self) -> str | None:
         if hasattr(module(VISION), "resolve_precomputed_max_seqlen"):
@@ -107,6 +149,7 @@ class VisionHostMaxSeqlen(Patch):
             ("VisionFlash3Attention", lambda f: _flash_forward(f, g, None)),
             ("VisionFlash4Attention", lambda f: _flash_forward(f, g, 4)),
             ("VisionTritonAttention", lambda f: _triton_forward(f, g)),
+            ("VisionSdpaAttention", lambda f: _sdpa_forward(f, g)),
         ]
         for class_name, make in targets:
             cls = getattr(vision, class_name, None)
