@@ -5,32 +5,49 @@ see ``vlm_fastpath/patches/sglang/_testing.py``): device-to-host syncs per MoonV
 real tower, 27 layers, FA3 path with a stand-in kernel) and host-to-device copies per Qwen-VL /
 Kimi batch through the release's own ``_get_chunked_embedding_full``.
 
+Raw-feature copies under encoder data parallelism with CUDA IPC (Kimi K2.5, TP2/TP4/TP8 x 1-8
+distinct images, one request prefilled in two chunks): TP ranks simulated as threads over the
+release's own scheduler-side code with a recording double of its ``CudaIpcTensorTransportProxy``
+(``vlm_fastpath/patches/sglang/_ipc_sim.py``, shared with ``tests/engines/sglang/
+test_ipc_deferral.py``); every copy of a feature out of the IPC pool, on any rank, counts. The
+simulation doubles the pre-0.5.16 interfaces where our patches apply; releases with the deferral
+built in (0.5.16+, sglang #31227) are reported as "upstream", not simulated.
+
     python -m benchmarks.sglang_counts                 # every .envs/sglang-* env, prints a table
     python -m benchmarks.sglang_counts --json out.json --plot out.png
     .envs/sglang-0.5.15.post1/bin/python -m benchmarks.sglang_counts --worker   # one release
-
-Raw-feature copies under encoder DP (TP2/4/8) are not measured: that patch is not implemented.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGES = (1, 4, 8)
+TPS = (2, 4, 8)
+COPY_IMAGES = tuple(range(1, 9))
 
 
 def _worker() -> dict:
+    import importlib
     import itertools
 
     import sglang
     import sglang.srt.managers.mm_utils as mm_utils  # noqa: I001
     import sglang.srt.models.kimi_k25  # noqa: F401
     import torch
+
+    for name in ("sglang.srt.multimodal.mm_utils",  # triggers of the encoder-DP IPC patches
+                 "sglang.srt.multimodal.processors.base_processor"):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the copies table then says why
+            pass
 
     from vlm_fastpath.patches import REGISTRY
     from vlm_fastpath.patches.sglang import _testing
@@ -98,7 +115,23 @@ def _worker() -> dict:
                 result["h2d"].setdefault(key, {})[label] = h2d_copies(class_name, n)
     result["status"] = {r.name: r.status.value for r in REGISTRY.status("sglang")}
     REGISTRY.revert(engine="sglang")
+    result["copies"] = _raw_feature_copies()
     return result
+
+
+def _raw_feature_copies() -> dict:
+    """Raw-feature copies per request (all ranks), ``{"TP8": {"4": {"unpatched": 32, ...}}}``."""
+    try:
+        import sglang.srt.managers.schedule_batch as sb
+
+        from vlm_fastpath.patches.sglang import _ipc, _ipc_sim
+
+        reason = _ipc.upstream_has_it(sb)
+        if reason is not None:
+            return {"upstream": reason}
+        return {"table": _ipc_sim.copies_table(TPS, COPY_IMAGES)}
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return {"error": f"{type(exc).__name__}: {exc}"[:200]}
 
 
 def _envs() -> list[Path]:
@@ -122,7 +155,25 @@ def _table(results: list[dict]) -> str:
             un = "-" if row.get("unpatched") is None else row["unpatched"]
             pa = "-" if row.get("patched") is None else row["patched"]
             lines.append(f"    {key:<24} {un:>22}  {pa:>7}")
+        lines.extend(_copies_lines(res.get("copies", {})))
     return "\n".join(lines)
+
+
+def _copies_lines(copies: dict) -> list[str]:
+    head = "  Raw-feature copies per request, Kimi K2.5 encoder DP + CUDA IPC"
+    if "table" not in copies:
+        why = copies.get("upstream") or copies.get("error") or "not measured"
+        label = "upstream" if "upstream" in copies else "not measured"
+        return [f"{head}: {label} ({why[:90]})"]
+    table = copies["table"]
+    lines = [f"{head} (unpatched -> patched):",
+             "    images " + "".join(f"{n:>6}    " for n in COPY_IMAGES).rstrip()]
+    for tp, row in table.items():
+        cells = "".join(
+            f"{row[str(n)]['unpatched']:>5}->{row[str(n)]['patched']:<3}" for n in COPY_IMAGES
+        )
+        lines.append(f"    {tp:<6} {cells}".rstrip())
+    return lines
 
 
 def _plot(results: list[dict], path: str) -> None:
@@ -131,7 +182,7 @@ def _plot(results: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     versions = [r["version"] for r in results]
     xs = range(len(versions))
     for offset, label in ((-0.2, "unpatched"), (0.2, "patched")):
@@ -142,9 +193,26 @@ def _plot(results: list[dict], path: str) -> None:
         axes[1].bar([x + offset for x in xs], vals, width=0.4, label=label)
     axes[0].set_title("MoonViT D2H syncs per forward")
     axes[1].set_title("Qwen2.5-VL H2D copies, 8 images")
-    for ax in axes:
+    for ax in axes[:2]:
         ax.set_xticks(list(xs), versions)
         ax.legend()
+    ax = axes[2]
+    for res in results:
+        table = res.get("copies", {}).get("table")
+        if not table:
+            continue
+        for tp, row in table.items():
+            ax.plot(COPY_IMAGES, [row[str(n)]["unpatched"] for n in COPY_IMAGES], "--o",
+                    label=f"{res['version']} {tp} unpatched", markersize=3)
+        first = next(iter(table.values()))
+        ax.plot(COPY_IMAGES, [first[str(n)]["patched"] for n in COPY_IMAGES], "-s",
+                label=f"{res['version']} patched (any TP)", markersize=3)
+    upstream = [r["version"] for r in results if "upstream" in r.get("copies", {})]
+    title = "Raw-feature copies per request, encoder DP"
+    ax.set_title(title + (f"\n(upstream, not simulated: {', '.join(upstream)})"
+                          if upstream else ""), fontsize=9)
+    ax.set_xlabel("images per request")
+    ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path)
 
@@ -159,10 +227,14 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT" + json.dumps(_worker()))
         return 0
     results = []
+    # the checkout's vlm_fastpath, not the copy installed in each env (its .pth imports that one
+    # at startup, before the working directory is on sys.path)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     for python in _envs():
         proc = subprocess.run(
             [str(python), "-m", "benchmarks.sglang_counts", "--worker"],
-            cwd=ROOT, capture_output=True, text=True, timeout=600,
+            cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
         )
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
         if proc.returncode != 0 or not lines:

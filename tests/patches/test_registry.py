@@ -281,3 +281,33 @@ def test_revert_also_restores_copies_made_while_patched(registry, fake_engine, m
     assert late.feature is _fast_feature
     registry.revert()
     assert late.feature is _original_feature
+
+
+def test_trigger_missing_from_the_release_is_not_needed(fake_engine, monkeypatch) -> None:
+    class FutureModel(FeaturePatch):
+        name = "fake-future-model"
+        trigger = "fakeengine.models.not_in_this_release"
+
+    package = types.ModuleType("fakeengine.models")
+    package.__path__ = []  # an imported package that has no such submodule
+    monkeypatch.setitem(sys.modules, "fakeengine.models", package)
+    reg = PatchRegistry()
+    reg._loaded_catalog = True
+    reg.register(FutureModel())
+    preview = _status(reg, "fake-future-model")
+    assert preview.status is PatchStatus.NOT_NEEDED and "not_in_this_release" in preview.reason
+    reg.apply()
+    result = _status(reg, "fake-future-model")
+    assert result.status is PatchStatus.NOT_NEEDED and "1.4.0" in result.reason
+
+
+def test_trigger_of_an_unimported_package_stays_pending(fake_engine, monkeypatch) -> None:
+    class Elsewhere(FeaturePatch):
+        name = "fake-elsewhere"
+        trigger = "fakeengine.unloaded_pkg.mod"
+
+    reg = PatchRegistry()
+    reg._loaded_catalog = True
+    reg.register(Elsewhere())
+    reg.apply()
+    assert _status(reg, "fake-elsewhere").status is PatchStatus.PENDING

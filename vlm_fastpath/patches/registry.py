@@ -8,6 +8,7 @@ everything a patch raises: a patch that cannot apply is undone, logged once, and
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 import threading
@@ -30,6 +31,21 @@ def _csv_env(name: str) -> set[str] | None:
     if value is None or not value.strip():
         return None
     return {item.strip() for item in value.split(",") if item.strip()}
+
+
+def trigger_absent(trigger: str) -> bool:
+    """True when the engine is loaded far enough to tell that ``trigger`` does not exist.
+
+    Only asks when the trigger's parent package is already imported, so the check never
+    imports engine code itself.
+    """
+    parent = trigger.rpartition(".")[0]
+    if not parent or parent not in sys.modules:
+        return False
+    try:
+        return importlib.util.find_spec(trigger) is None
+    except (ImportError, ValueError):
+        return False
 
 
 def globally_disabled() -> bool:
@@ -106,7 +122,11 @@ class PatchRegistry:
             result.reason = f"{patch.engine} is not installed"
             return result
         if patch.trigger not in sys.modules:
-            result.reason = f"waiting for {patch.trigger} to be imported"
+            if trigger_absent(patch.trigger):
+                result.status = PatchStatus.NOT_NEEDED
+                result.reason = f"{patch.engine} {version} has no module {patch.trigger}"
+            else:
+                result.reason = f"waiting for {patch.trigger} to be imported"
             return result
         try:
             upstream = patch.upstream_equivalent()
@@ -206,6 +226,12 @@ class PatchRegistry:
                         preview.status, preview.reason = PatchStatus.DISABLED, disabled
                     elif preview.engine_version is None:
                         preview.reason = f"{patch.engine} is not installed"
+                    elif trigger_absent(patch.trigger):
+                        preview.status = PatchStatus.NOT_NEEDED
+                        preview.reason = (
+                            f"{patch.engine} {preview.engine_version} has no module "
+                            f"{patch.trigger}"
+                        )
                     else:
                         preview.reason = f"waiting for {patch.trigger} to be imported"
                     result = preview

@@ -63,12 +63,12 @@ for _version, _status in (("0.5.12.post1", "applied"), ("0.5.15.post1", "applied
     EXPECTED[_version].update(dict.fromkeys(DEFER, _status))
 
 # Kimi K3 deferred preprocessing (issue 5): 0.5.17 only; upstream from 0.5.18. Releases before
-# 0.5.17 have no K3 module, so the patches wait for a trigger that never comes ("pending").
+# 0.5.17 have no K3 module: the registry sees the trigger is absent ("not-needed").
 # The engine fixture imports the K3 modules where they exist, so statuses do not depend on
 # test order.
 K3_MODULES = ("sglang.srt.models.kimi_k3", "sglang.srt.multimodal.processors.kimi_k3")
 K3_DEFER = ("sglang-kimi-k3-deferred-owner", "sglang-kimi-k3-deferred-sender")
-for _version, _status in (("0.5.12.post1", "pending"), ("0.5.15.post1", "pending"),
+for _version, _status in (("0.5.12.post1", "not-needed"), ("0.5.15.post1", "not-needed"),
                           ("0.5.17", "applied"), ("0.5.23", "upstream")):
     EXPECTED[_version].update(dict.fromkeys(K3_DEFER, _status))
 
