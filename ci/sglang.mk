@@ -56,3 +56,6 @@ $(SGLANG_WHEEL_STAMP): sglang-prereqs
 $(addprefix test-sglang-,$(SGLANG_VERSIONS)): test-sglang-%: $(SGLANG_ENVS)/sglang-%/.pkg-stamp
 	@echo "== engine suite: sglang $* ($(SGLANG_ENVS)/sglang-$*/bin/python)"
 	$(SGLANG_ENVS)/sglang-$*/bin/python -m pytest $(SGLANG_PYTEST_FLAGS) tests/engines/sglang
+	@# Our K3 recipe against the release's own K3 functions (the oracle needs sglang 0.5.18+).
+	@if [ "$*" = "0.5.23" ]; then VLM_FASTPATH=0 $(SGLANG_ENVS)/sglang-$*/bin/python -m pytest \
+		$(SGLANG_PYTEST_FLAGS) tests/kimi_integration/test_deferred_k3.py; fi

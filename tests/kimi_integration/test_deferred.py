@@ -1,8 +1,10 @@
 """Deferred preprocessing (issue 5, model side): transport decision, payload, owner run.
 
 Every deferred result is compared with the eager path (``torch.equal``): for Kimi K2.5 the
-eager path is ``FusedKimiProcessor`` itself; for Kimi K3 fills it is additionally checked
-against the spec oracle run on an independently composited image.
+eager path is ``FusedKimiProcessor`` itself; for background fills under the default K2.5
+recipe (fill before the Pillow resize) it is additionally checked against the spec oracle run
+on an independently composited image. The release's K3 recipe (``recipe="k3"``: fill after a
+torch antialias resize) is tested in ``test_deferred_k3.py``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ PATCH_MODULES: tuple[str, ...] = (
     # uint8 transport + device-side normalization (issue 5); after the processor patches,
     # whose status it checks
     "vlm_fastpath.patches.vllm.models_kimi_k25_device_normalize",
+    # MoonViT max_seqlen once per encoder forward on vLLM <= 0.22 (issue 3 item 4)
+    "vlm_fastpath.patches.vllm.models_kimi_k25_vit",
 )
 
 # SGLang (vlm_fastpath/patches/sglang/, one module per patched upstream module)

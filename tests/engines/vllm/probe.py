@@ -16,6 +16,7 @@ from pathlib import Path
 KIMI = "vllm.model_executor.models.kimi_k25"
 PROC = "vllm.transformers_utils.processor"
 FUSED = "vllm.transformers_utils.processors.kimi_k25_vision_fused"
+VIT = "vllm.model_executor.models.kimi_k25_vit"
 
 
 def _targets() -> dict[str, object]:
@@ -30,15 +31,17 @@ def _targets() -> dict[str, object]:
         for name in names:
             if module is not None and name in module.__dict__:
                 out[f"{mod_name}.{name}"] = module.__dict__[name]
-    kimi = sys.modules.get(KIMI)
-    for cls_name, attrs in (
-        ("KimiK25ProcessingInfo", ("get_hf_processor",)),
-        ("KimiK25ForConditionalGeneration", ("__init__", "_parse_and_validate_media_input")),
+    for mod_name, cls_name, attrs in (
+        (KIMI, "KimiK25ProcessingInfo", ("get_hf_processor",)),
+        (KIMI, "KimiK25ForConditionalGeneration", ("__init__", "_parse_and_validate_media_input")),
+        (VIT, "MoonViT3dPretrainedModel", ("forward",)),
+        (VIT, "MoonViT3dEncoder", ("forward",)),
+        (VIT, "MoonViTEncoderLayer", ("forward",)),
     ):
-        cls = getattr(kimi, cls_name, None)
+        cls = getattr(sys.modules.get(mod_name), cls_name, None)
         for attr in attrs:
             if cls is not None and attr in cls.__dict__:
-                out[f"{KIMI}.{cls_name}.{attr}"] = cls.__dict__[attr]
+                out[f"{mod_name}.{cls_name}.{attr}"] = cls.__dict__[attr]
     return out
 
 

@@ -13,6 +13,7 @@ from packaging.version import Version
 REPO = Path(__file__).resolve().parents[3]
 FUSED_UPSTREAM = Version("0.25")
 UINT8_UPSTREAM = Version("0.32")  # vLLM normalizes Kimi pixels on the device itself
+MAX_SEQLEN_UPSTREAM = Version("0.23")  # MoonViT max_seqlen on the host
 OURS = "vlm_fastpath.patches.vllm._kimi_adapter.FastpathKimiVisionProcessor"
 
 
@@ -32,18 +33,21 @@ def _probe(scenario: str, model_dir: Path, **env: str) -> dict:
 
 def _expected(version: Version) -> dict[str, str]:
     device_normalize = "upstream" if version >= UINT8_UPSTREAM else "applied"
+    moonvit = "upstream" if version >= MAX_SEQLEN_UPSTREAM else "applied"
     if version >= FUSED_UPSTREAM:
         return {
             "vllm-processor-cls-overrides": "upstream",
             "vllm-kimi-processor": "upstream",
             "vllm-kimi-fused-processor": "applied",
             "vllm-kimi-device-normalize": device_normalize,
+            "vllm-moonvit-max-seqlen": moonvit,
         }
     return {
         "vllm-processor-cls-overrides": "applied",
         "vllm-kimi-processor": "applied",
         "vllm-kimi-fused-processor": "unsupported-version",
         "vllm-kimi-device-normalize": device_normalize,
+        "vllm-moonvit-max-seqlen": moonvit,
     }
 
 

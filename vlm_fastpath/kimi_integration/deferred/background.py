@@ -11,8 +11,13 @@ arithmetic (``kimi_k3_image_processing.fill_transparent_bg``, 0.5.17+) in float3
 same bytes. The checkpoint's ``transparent_bg_config`` dict (``pattern``,
 ``chessboard_square_size``, ``chessboard_white_value``, ``chessboard_gray_value``,
 ``chessboard_square_on_top_left``, ``transparent_bg_fill_stage``) is accepted as is; ``None``
-drops alpha. Note: K3 fills *after* the resize (on the resized RGBA); this module only
-defines the fill, the stage is the caller's.
+drops alpha.
+
+Where the fill runs is the recipe's (:mod:`.processor`): the release's K3 recipe
+(``recipe="k3"``) fills *after* the resize, on the resized float RGBA
+(:func:`fill_transparent_bg_float`, exactly SGLang's ops and dtype); the K2.5 recipe with a
+fill configured composites the full-size uint8 image *before* its Pillow resize
+(:func:`fill_transparent_bg`), which is no release's arithmetic for RGBA inputs.
 """
 
 from __future__ import annotations
@@ -142,10 +147,32 @@ def fill_transparent_bg(x: torch.Tensor, bg_config: BackgroundConfig | Any) -> t
         return x.expand(*x.shape[:-3], 3, *x.shape[-2:])
     if channels != 4:
         raise ValueError(f"expected 1, 3 or 4 channels, got {channels}")
+    if not bg.needs_alpha:
+        return x[..., :3, :, :]
+    return fill_transparent_bg_float(x.to(torch.float32), bg).to(torch.uint8)
+
+
+def fill_transparent_bg_float(x: torch.Tensor, bg_config: BackgroundConfig | Any) -> torch.Tensor:
+    """float32 ``[..., C, H, W]`` (values in 0..255) -> float32 ``[..., 3, H, W]``.
+
+    SGLang's K3 ``fill_transparent_bg`` op for op: 3 channels pass through; 4 channels lose
+    alpha (``drop``) or become ``floor(clamp(a * rgb + (1 - a) * bg, 0, 255))`` with
+    ``a = clamp(alpha / 255, 0, 1)``, all in float32. The K3 recipe calls it on the resized
+    (rounded, clamped) float image; 1 channel (gray) is replicated.
+    """
+    bg = BackgroundConfig.from_config(bg_config)
+    if not x.is_floating_point() or x.dim() < 3:
+        raise ValueError(f"expected float [..., C, H, W], got {x.dtype} {tuple(x.shape)}")
+    channels = x.shape[-3]
+    if channels == 3:
+        return x
+    if channels == 1:
+        return x.expand(*x.shape[:-3], 3, *x.shape[-2:])
+    if channels != 4:
+        raise ValueError(f"expected 1, 3 or 4 channels, got {channels}")
     rgb = x[..., :3, :, :]
     if not bg.needs_alpha:
         return rgb
-    alpha = (x[..., 3:4, :, :].to(torch.float32) / 255.0).clamp(0.0, 1.0)
-    plane = background_plane(bg, x.shape[-2], x.shape[-1], x.device).to(torch.float32)
-    blended = alpha * rgb.to(torch.float32) + (1.0 - alpha) * plane
-    return blended.clamp(0.0, 255.0).floor_().to(torch.uint8)
+    alpha = (x[..., 3:4, :, :] / 255.0).clamp(0.0, 1.0)
+    plane = background_plane(bg, x.shape[-2], x.shape[-1], x.device).to(x.dtype)
+    return (alpha * rgb + (1.0 - alpha) * plane).clamp(0.0, 255.0).floor_()

@@ -1,19 +1,35 @@
 """Deferred Kimi preprocessing: ``prepare`` on the sender, ``run`` on the vision owner.
 
-``eager`` is the reference path (what the tokenizer process would do without deferral):
-K3's background fill, when configured, then :class:`FusedKimiProcessor`. ``prepare`` picks
-each item's transport form (:mod:`.transport`) and builds a picklable
+``eager`` is the reference path (what the tokenizer process would do without deferral);
+``prepare`` picks each item's transport form (:mod:`.transport`) and builds a picklable
 :class:`DeferredPayload`; ``run`` turns a payload into the same ``pixel_values`` and
-``grid_thws`` on the owner's device:
+``grid_thws`` on the owner's device. Two pixel recipes, chosen with ``recipe=``:
 
-- ``resize_backend="pillow"`` (the default on CPU): fill on the host, then the fused
-  Pillow processor: identical to ``eager`` (``torch.equal``) by construction.
-- ``"torch-pillow"`` (the default elsewhere): uint8 to the device, fill, a bit-exact torch
-  port of Pillow's bicubic (:func:`.resize.pillow_resize`) with same-shape frames batched
-  into one call, then pad + normalize (the checkpoint's float ops as a lookup table) +
-  patchify on the device.
+``recipe="k25"`` (the default): Kimi K2.5/K2.6's checkpoint processor, **Pillow-exact**.
+``convert("RGB")`` (alpha dropped), Pillow bicubic resize of uint8, pad, normalize (the
+checkpoint's float ops as a lookup table), patchify. ``eager`` is :class:`FusedKimiProcessor`;
+the owner's backends:
+
+- ``resize_backend="pillow"`` (the default on CPU): the fused Pillow processor on the host:
+  identical to ``eager`` (``torch.equal``) by construction.
+- ``"torch-pillow"`` (the default elsewhere): uint8 to the device, a bit-exact torch port of
+  Pillow's bicubic (:func:`.resize.pillow_resize`) with same-shape frames batched into one
+  call, then pad + LUT normalize + patchify on the device: equal to ``eager``.
 - ``"torch-antialias"``: as above with ``interpolate(bicubic, antialias=True)`` + round/clamp
   (within one level of Pillow, not equal).
+
+With a background fill configured, the K2.5 recipe composites the full-size image
+(:func:`.background.fill_transparent_bg`) *before* its Pillow resize: a K2.5-style
+approximation of K3 kept for compatibility; it is not the release's K3 arithmetic for images
+with transparency.
+
+``recipe="k3"``: Kimi K3 as the release computes it (SGLang 0.5.17+, :mod:`.k3`), **not**
+Pillow: K3 staging (alpha kept, not premultiplied), ``interpolate(bicubic, antialias=True)`` of
+all channels in float32 + round/clamp, the background fill *after* the resize, then pad +
+``addcmul`` normalize in float32 + patchify. ``eager`` and ``run`` (any device; the
+``resize_backend`` must be ``"auto"`` or ``"torch-antialias"``) run the same ops; on the CPU
+they equal the release's functions (``torch.equal``). Images only: the release defines no
+video arithmetic for K3.
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ from ..config import KimiMediaConfig
 from ..errors import DeferredPayloadError, KimiInputError
 from ..processor import FusedKimiProcessor, _frames_of
 from .background import BackgroundConfig, fill_transparent_bg
+from .k3 import k3_frames, k3_normalization, k3_stage
 from .resize import pillow_resize, torch_antialias_resize
 from .transport import (
     PAYLOAD_VERSION,
@@ -37,6 +54,7 @@ from .transport import (
     FramePayload,
     TransportDecision,
     TransportForm,
+    check_recipe,
     decide_media,
     decode_frame,
     decoder_fingerprint,
@@ -45,6 +63,7 @@ from .transport import (
 )
 
 RESIZE_BACKENDS = ("auto", "pillow", "torch-pillow", "torch-antialias")
+K3_RESIZE_BACKENDS = ("auto", "torch-antialias")
 EagerFn = Callable[[list[Mapping[str, Any]]], torch.Tensor]
 
 
@@ -56,12 +75,14 @@ def _hwc(chw: torch.Tensor) -> np.ndarray:
 class DeferredKimiProcessor:
     """Sender and owner halves of deferred preprocessing for Kimi K2.5/K2.6 and K3.
 
-    ``background``: ``None``/``"drop"`` for K2.5 (the checkpoint's ``convert("RGB")``), or a
-    K3 fill (``"white"``, ``"black"``, ``"gray"``, ``"chessboard"`` or a dict, see
-    :class:`BackgroundConfig`). ``allow_encoded=False`` never ships encoded bytes (for an
-    owner whose Pillow build differs). ``eager_fn`` replaces the eager processor for items
-    preprocessed eagerly (for example one that accepts float tensors); it maps a list of
-    one media dict to float32 ``pixel_values``.
+    ``recipe``: ``"k25"`` (default, Pillow-exact K2.5/K2.6) or ``"k3"`` (the K3 release's
+    torch arithmetic, see the module docstring). ``background``: ``None``/``"drop"`` drops
+    alpha (K2.5's ``convert("RGB")``; K3 with ``transparent_bg_config: null``), or a K3 fill
+    (``"white"``, ``"black"``, ``"gray"``, ``"chessboard"``, the checkpoint's
+    ``transparent_bg_config`` dict, see :class:`BackgroundConfig`). ``allow_encoded=False``
+    never ships encoded bytes (for an owner whose Pillow build differs). ``eager_fn``
+    replaces the eager processor for items preprocessed eagerly (for example one that
+    accepts float tensors); it maps a list of one media dict to float32 ``pixel_values``.
     """
 
     def __init__(
@@ -71,13 +92,16 @@ class DeferredKimiProcessor:
         *,
         allow_encoded: bool = True,
         eager_fn: EagerFn | None = None,
+        recipe: str = "k25",
     ) -> None:
+        self.recipe = check_recipe(recipe)
         self.fused = FusedKimiProcessor(media_proc_cfg)
         self.config = self.fused.config
         self.background = BackgroundConfig.from_config(background)
         self.allow_encoded = allow_encoded
         self._eager_fn = eager_fn
         self._luts: dict[str, torch.Tensor] = {}
+        self._k3_norm: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     # -- eager (reference) ---------------------------------------------------------------------
     def _filled(self, frame: Any) -> Any:
@@ -95,6 +119,8 @@ class DeferredKimiProcessor:
         """The eager path: ``pixel_values`` and ``grid_thws`` computed here, on the CPU."""
         if isinstance(medias, Mapping):
             medias = [medias]
+        if self.recipe == "k3":
+            return self._eager_k3(medias)
         if not self.background.needs_alpha:
             return self.fused.preprocess(medias)
         converted = []
@@ -107,6 +133,30 @@ class DeferredKimiProcessor:
                 converted.append({"type": "video_chunk", "video_chunk": filled})
         return self.fused.preprocess(converted)
 
+    def _eager_k3(self, medias: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        """K3's arithmetic on the CPU: stage each image, then the owner's K3 ops."""
+        if not isinstance(medias, Sequence) or isinstance(medias, (str, bytes)):
+            raise KimiInputError(f"medias must be a list of dicts, got {type(medias).__name__}")
+        entries: list[tuple[torch.Tensor, int, Any]] = []
+        grids = []
+        offset = 0
+        for media in medias:
+            _, frames, plan, _ = self._inspect(media)
+            chw = to_chw_uint8(frames[0], self.background, recipe="k3")
+            if chw is None:
+                raise KimiInputError(
+                    "Kimi K3 preprocessing takes uint8 pixels (PIL images, encoded bytes, "
+                    "uint8 arrays/tensors); got a non-uint8 array or tensor"
+                )
+            entries.append((chw, offset, plan))
+            grids.append(plan.grid_thw)
+            offset += plan.num_patches
+        p = self.config.patch_size
+        out = torch.empty((offset, 3, p, p), dtype=torch.float32)
+        self._run_k3_frames(entries, out, torch.device("cpu"))
+        grid_thws = torch.tensor(grids, dtype=torch.int64).reshape(len(grids), 3)
+        return {"pixel_values": out, "grid_thws": grid_thws}
+
     def _eager_pixels(self, media: Mapping[str, Any]) -> torch.Tensor:
         if self._eager_fn is not None:
             return self._eager_fn([media])
@@ -115,8 +165,13 @@ class DeferredKimiProcessor:
     # -- sender --------------------------------------------------------------------------------
     def _inspect(self, media: Mapping[str, Any]) -> tuple[str, list[Any], Any, list[Any]]:
         kind, frames = _frames_of(media)
+        if self.recipe == "k3" and kind != "image":
+            raise KimiInputError(
+                f"the Kimi K3 recipe takes images only (the release defines no {kind!r} "
+                "arithmetic)"
+            )
         plan = self.fused.plan(media)
-        infos = [inspect_frame(frame, self.background) for frame in frames]
+        infos = [inspect_frame(frame, self.background, self.recipe) for frame in frames]
         if not self.allow_encoded:
             infos = [replace(info, encoded=None, format=None) for info in infos]
         return kind, frames, plan, infos
@@ -151,7 +206,7 @@ class DeferredKimiProcessor:
                     if form is TransportForm.ENCODED:
                         item.frames.append(FramePayload(form, info.encoded))
                     else:
-                        chw = to_chw_uint8(frame, self.background)
+                        chw = to_chw_uint8(frame, self.background, recipe=self.recipe)
                         assert chw is not None and chw.shape[0] == info.raw_channels
                         item.frames.append(FramePayload(TransportForm.RAW, chw))
             out.append(item)
@@ -160,6 +215,7 @@ class DeferredKimiProcessor:
             config=self.config.to_dict(),
             background=self.background.to_dict(),
             decoder=decoder_fingerprint(),
+            recipe=self.recipe,
         )
 
     # -- owner ---------------------------------------------------------------------------------
@@ -176,6 +232,12 @@ class DeferredKimiProcessor:
             raise DeferredPayloadError(
                 "payload was planned under a different media_proc_cfg: "
                 f"{payload.config} != {self.config.to_dict()}"
+            )
+        recipe = getattr(payload, "recipe", "k25")
+        if recipe != self.recipe:
+            raise DeferredPayloadError(
+                f"payload was prepared for the {recipe!r} pixel recipe, this owner runs "
+                f"{self.recipe!r}"
             )
         if payload.background != self.background.to_dict():
             raise DeferredPayloadError(
@@ -213,6 +275,13 @@ class DeferredKimiProcessor:
         device = torch.device(device)
         if resize_backend not in RESIZE_BACKENDS:
             raise ValueError(f"resize_backend must be one of {RESIZE_BACKENDS}")
+        if self.recipe == "k3":
+            if resize_backend not in K3_RESIZE_BACKENDS:
+                raise ValueError(
+                    f"the K3 recipe resizes with the release's torch antialias bicubic: "
+                    f"resize_backend must be one of {K3_RESIZE_BACKENDS}, got {resize_backend!r}"
+                )
+            return self._run_k3(payload, device)
         if resize_backend == "auto":
             resize_backend = "pillow" if device.type == "cpu" else "torch-pillow"
         p = self.config.patch_size
@@ -226,7 +295,7 @@ class DeferredKimiProcessor:
         return {"pixel_values": pixel_values, "grid_thws": grid_thws}
 
     def _host_frame(self, frame: FramePayload) -> torch.Tensor:
-        chw = decode_frame(frame, self.background)
+        chw = decode_frame(frame, self.background, self.recipe)
         if chw.dtype != torch.uint8 or chw.dim() != 3 or chw.shape[0] not in (1, 3, 4):
             raise DeferredPayloadError(
                 f"raw frames must be uint8 [C, H, W] with C in 1/3/4, got {chw.dtype} "
@@ -263,6 +332,51 @@ class DeferredKimiProcessor:
                 out[offset : offset + n] = media.pixel_values
             offset += n
         return out
+
+    # -- K3 recipe -----------------------------------------------------------------------------
+    def _run_k3(self, payload: DeferredPayload, device: torch.device) -> dict[str, torch.Tensor]:
+        p = self.config.patch_size
+        total = sum(media.plan.num_patches for media in payload.medias)
+        out = torch.empty((total, 3, p, p), dtype=torch.float32, device=device)
+        entries: list[tuple[torch.Tensor, int, Any]] = []
+        offset = 0
+        for media in payload.medias:
+            plan = media.plan
+            if not media.decision.deferred:
+                assert media.pixel_values is not None
+                out[offset : offset + plan.num_patches] = media.pixel_values.to(device)
+            else:
+                entries.append((self._host_frame(media.frames[0]), offset, plan))
+            offset += plan.num_patches
+        self._run_k3_frames(entries, out, device)
+        return {"pixel_values": out, "grid_thws": payload.grid_thws}
+
+    def _run_k3_frames(
+        self, entries: list[tuple[torch.Tensor, int, Any]], out: torch.Tensor,
+        device: torch.device,
+    ) -> None:
+        """Stage + K3 ops for raw uint8 frames; writes each at its patch offset in ``out``."""
+        key = str(device)
+        if key not in self._k3_norm:
+            self._k3_norm[key] = k3_normalization(self.config.image_mean, self.config.image_std,
+                                                  device)
+        scale, bias = self._k3_norm[key]
+        groups: dict[tuple[int, ...], list[tuple[torch.Tensor, int, Any]]] = {}
+        for chw, start, plan in entries:
+            if device.type == "cuda":
+                chw = chw.pin_memory().to(device, non_blocking=True)
+            else:
+                chw = chw.to(device)
+            staged = k3_stage(chw)
+            key_shape = (*staged.shape, plan.new_height, plan.new_width, plan.padded_height,
+                         plan.padded_width)
+            groups.setdefault(key_shape, []).append((staged, start, plan))
+        for members in groups.values():  # one resize call per source shape and target
+            plan = members[0][2]
+            batch = torch.stack([m[0] for m in members])
+            patches = k3_frames(batch, plan, self.background, scale, bias)
+            for i, (_, start, _) in enumerate(members):
+                out[start : start + plan.patches_per_frame] = patches[i]
 
     def _lut(self, device: torch.device) -> torch.Tensor:
         key = str(device)

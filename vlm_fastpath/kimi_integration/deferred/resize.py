@@ -1,5 +1,8 @@
 """Bicubic downscaling on any torch device: a bit-exact port of Pillow's uint8 resampler.
 
+This is the K2.5 recipe's resize (Pillow-exact, :func:`pillow_resize`). The K3 recipe does
+not use Pillow's arithmetic: it follows the release's float ``interpolate`` (:mod:`.k3`).
+
 Pillow (shared/UPSTREAM.md section 5) resizes uint8 images separably: per output column (row)
 it evaluates Keys' cubic (a = -0.5) on a support widened by the scale factor, normalizes the
 weights in float64, turns them into 22-bit fixed point (rounding half away from zero), sums
@@ -17,7 +20,8 @@ output bytes.
 
 :func:`torch_antialias_resize` is the plain ``torch.nn.functional.interpolate`` alternative
 (bicubic, ``antialias=True``, round + clamp): float arithmetic without the 8-bit intermediate,
-so within a level of Pillow but not equal to it.
+so within a level of Pillow but not equal to it. Its values are those of the K3 recipe's
+resize (:func:`.k3.k3_resize`, which keeps them in float32 for the fill that follows).
 """
 
 from __future__ import annotations

@@ -14,6 +14,18 @@ that still yields exactly the pixels of the eager path:
 
 Ties prefer ``raw`` (no decode on the owner), then ``encoded``, then ``eager``; so with no
 encoded form the rule is Kimi K3's: defer when raw bytes <= processed bytes.
+
+Staging (which pixels the raw form holds) follows the recipe (:data:`RECIPES`):
+
+- ``"k25"``: the checkpoint's ``convert("RGB")``; alpha travels (RGBA) only when a fill is
+  configured and Pillow reports transparency data (``has_transparency_data``).
+- ``"k3"``: the release's ``to_chw_uint8`` (SGLang ``kimi_k3_image_processing``): a PIL image
+  whose mode is not ``RGB`` and that has an ``A`` band or ``"transparency"`` in its info is
+  converted to ``RGBA``, anything else to ``RGB`` (an ``RGB`` image with a transparency key
+  stays opaque); 2-D / 1-channel uint8 arrays are gray (replicated to 3 channels on the
+  owner); 4-channel arrays keep alpha. With a fill the 4 channels travel; without one
+  (``drop``) only the first 3 of that very ``RGBA`` conversion travel, which is exact because
+  the resize treats channels independently and the release drops alpha after it.
 """
 
 from __future__ import annotations
@@ -35,7 +47,8 @@ from ..navit_resize import ResizePlan
 from .background import BackgroundConfig
 
 DEFERRED_PREPROCESSING_KEY = "_vlm_fastpath_kimi_deferred_preprocessing"
-PAYLOAD_VERSION = 1
+PAYLOAD_VERSION = 2  # 2: payloads name their pixel recipe
+RECIPES = ("k25", "k3")
 FLOAT32_BYTES = 4
 
 
@@ -164,8 +177,23 @@ def decide_media(frames: list[FrameInfo], plan: ResizePlan) -> TransportDecision
 
 
 # -- pixels ------------------------------------------------------------------------------------
-def image_channels(image: Image.Image, bg: BackgroundConfig) -> int:
-    """Channels of the exact raw form of ``image`` under ``bg`` (1, 3 or 4)."""
+def check_recipe(recipe: str) -> str:
+    if recipe not in RECIPES:
+        raise ValueError(f"recipe must be one of {RECIPES}, got {recipe!r}")
+    return recipe
+
+
+def k3_keeps_alpha(image: Image.Image) -> bool:
+    """The release's K3 staging rule: ``RGBA`` when not ``RGB`` and an A band or a key."""
+    return image.mode != "RGB" and ("A" in image.getbands() or "transparency" in image.info)
+
+
+def image_channels(image: Image.Image, bg: BackgroundConfig, recipe: str = "k25") -> int:
+    """Channels of the exact raw form of ``image`` under ``bg`` and ``recipe`` (1, 3 or 4)."""
+    if recipe == "k3":
+        if k3_keeps_alpha(image):
+            return 4 if bg.needs_alpha else 3
+        return 1 if image.mode == "L" else 3
     if bg.needs_alpha and image.has_transparency_data:
         return 4
     if image.mode == "L":
@@ -200,17 +228,18 @@ def _read_encoded(obj: Any) -> bytes | None:
     return None
 
 
-def inspect_frame(obj: Any, bg: BackgroundConfig) -> FrameInfo:
+def inspect_frame(obj: Any, bg: BackgroundConfig, recipe: str = "k25") -> FrameInfo:
     """Size, raw channel count and encoded bytes of one frame (header only for bytes)."""
     obj = _unwrap(obj)
     encoded = _read_encoded(obj)
     if encoded is not None:
         image = open_encoded(encoded)
         width, height = image.size
-        return FrameInfo(width, height, image_channels(image, bg), encoded, image.format)
+        return FrameInfo(width, height, image_channels(image, bg, recipe), encoded,
+                         image.format)
     if isinstance(obj, Image.Image):
         check_pixel_count(*obj.size)
-        return FrameInfo(obj.size[0], obj.size[1], image_channels(obj, bg))
+        return FrameInfo(obj.size[0], obj.size[1], image_channels(obj, bg, recipe))
     if isinstance(obj, np.ndarray) or _is_tensor(obj):
         shape = tuple(int(s) for s in obj.shape)
         if len(shape) < 2:
@@ -228,8 +257,10 @@ def inspect_frame(obj: Any, bg: BackgroundConfig) -> FrameInfo:
     )
 
 
-def _pil_to_chw(image: Image.Image, channels: int) -> torch.Tensor:
+def _pil_to_chw(image: Image.Image, channels: int, recipe: str = "k25") -> torch.Tensor:
     target = {1: "L", 3: "RGB", 4: "RGBA"}[channels]
+    if recipe == "k3" and channels != 1:
+        target = "RGBA" if k3_keeps_alpha(image) else "RGB"  # then the first ``channels``
     try:
         if image.mode != target:
             image = image.convert(target)
@@ -240,18 +271,22 @@ def _pil_to_chw(image: Image.Image, channels: int) -> torch.Tensor:
         raise KimiInputError(f"cannot decode or convert image: {exc}") from exc
     if array.ndim == 2:
         array = array[:, :, None]
+    array = array[:, :, :channels]
     return torch.from_numpy(np.require(array.transpose(2, 0, 1), requirements=["C", "W"]))
 
 
 def to_chw_uint8(
-    obj: Any, bg_config: BackgroundConfig | Any = None, device: torch.device | str | None = None
+    obj: Any, bg_config: BackgroundConfig | Any = None, device: torch.device | str | None = None,
+    recipe: str = "k25",
 ) -> torch.Tensor | None:
     """The exact raw form of one frame: uint8 ``[C, H, W]`` with C in (1, 3, 4).
 
     ``None`` when the input has no exact uint8 form (float or other non-uint8 arrays and
     tensors): such inputs are preprocessed eagerly. ``C`` is 4 only when ``bg_config`` fills
-    transparent pixels and the image carries transparency; 1 for 8-bit gray images.
+    transparent pixels and the image carries transparency (by ``recipe``'s rule, see the
+    module docstring); 1 for 8-bit gray images.
     """
+    check_recipe(recipe)
     bg = BackgroundConfig.from_config(bg_config)
     obj = _unwrap(obj)
     encoded = _read_encoded(obj)
@@ -259,9 +294,9 @@ def to_chw_uint8(
         obj = open_encoded(encoded)
     if isinstance(obj, Image.Image):
         check_pixel_count(*obj.size)
-        out = _pil_to_chw(obj, image_channels(obj, bg))
+        out = _pil_to_chw(obj, image_channels(obj, bg, recipe), recipe)
     elif isinstance(obj, np.ndarray) or _is_tensor(obj):
-        info = inspect_frame(obj, bg)
+        info = inspect_frame(obj, bg, recipe)
         if info.raw_channels is None:
             return None
         array = obj.detach().cpu().numpy() if _is_tensor(obj) else obj
@@ -324,8 +359,8 @@ class DeferredMedia:
 class DeferredPayload:
     """Everything the vision owner needs; plain tensors, bytes and small metadata (picklable).
 
-    ``config``/``background`` are checked against the owner's; ``decoder`` against the owner's
-    :func:`decoder_fingerprint` when any frame travels encoded.
+    ``config``/``background``/``recipe`` are checked against the owner's; ``decoder`` against
+    the owner's :func:`decoder_fingerprint` when any frame travels encoded.
     """
 
     medias: list[DeferredMedia]
@@ -333,6 +368,7 @@ class DeferredPayload:
     background: dict[str, Any]
     decoder: tuple[tuple[str, str | None], ...]
     version: int = PAYLOAD_VERSION
+    recipe: str = "k25"
 
     @property
     def payload_bytes(self) -> int:
@@ -354,7 +390,7 @@ class DeferredPayload:
         return torch.tensor(grids, dtype=torch.int64).reshape(len(grids), 3)
 
 
-def decode_frame(frame: FramePayload, bg: BackgroundConfig) -> torch.Tensor:
+def decode_frame(frame: FramePayload, bg: BackgroundConfig, recipe: str = "k25") -> torch.Tensor:
     """Host-side uint8 CHW pixels of a frame (decoding encoded bytes with Pillow)."""
     if frame.form is TransportForm.RAW:
         if not isinstance(frame.data, torch.Tensor):
@@ -363,4 +399,4 @@ def decode_frame(frame: FramePayload, bg: BackgroundConfig) -> torch.Tensor:
     if not isinstance(frame.data, (bytes, bytearray, memoryview)):
         raise KimiInputError("encoded frame data must be bytes")
     image = open_encoded(bytes(frame.data))
-    return _pil_to_chw(image, image_channels(image, bg))
+    return _pil_to_chw(image, image_channels(image, bg, recipe), recipe)

@@ -109,10 +109,11 @@ def owner_processor(payload: Any):
 
     from ...kimi_integration.deferred import DeferredKimiProcessor
 
-    key = json.dumps([payload.config, payload.background], sort_keys=True, default=str)
+    recipe = getattr(payload, "recipe", "k25")
+    key = json.dumps([payload.config, payload.background, recipe], sort_keys=True, default=str)
     proc = _OWNER_PROCESSORS.get(key)
     if proc is None:
-        proc = DeferredKimiProcessor(payload.config, payload.background or None)
+        proc = DeferredKimiProcessor(payload.config, payload.background or None, recipe=recipe)
         _OWNER_PROCESSORS[key] = proc
     return proc
 
