@@ -129,8 +129,12 @@ def bench_workload(
     times: dict[str, list[float]] = {name: [] for name in fns}
     peaks: dict[str, int] = {name: 0 for name in fns}
     bar = _progress(repeats * len(fns), workload.name)
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    names = list(fns)
+    for round_ in range(repeats):
+        # Rotate the order each round so no contender always runs right after another.
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            fn = fns[name]
             gc.collect()
             result, seconds, peak = measure_peak(lambda fn=fn: fn(medias))
             del result
@@ -234,7 +238,7 @@ def environment() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per contender")
+    parser.add_argument("--repeats", type=int, default=8, help="timed rounds per contender")
     parser.add_argument("--quick", action="store_true", help="one small workload (smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for PNG/JSON results")
     args = parser.parse_args(argv)
