@@ -164,3 +164,93 @@ def k3_digest_feature(image: K3DeferredImage, num_patches: int):
     n = min(len(digest), num_patches)
     out[:n] = torch.frombuffer(bytearray(digest[:n]), dtype=torch.uint8)
     return out
+
+
+# -- owner side, shared by the K2.5 and K3 owners ------------------------------------------------
+class LazyFeatureView:
+    """An item whose ``feature`` is built on first access from its deferred payload.
+
+    Handed to the release's own ``get_image_feature`` in place of the item, so the release
+    decides which rank touches ``feature``: under encoder DP only the owner materializes.
+    """
+
+    __slots__ = ("_item", "_device", "_feature", "_build")
+
+    def __init__(self, item: Any, device: Any, build: Any) -> None:
+        object.__setattr__(self, "_item", item)
+        object.__setattr__(self, "_device", device)
+        object.__setattr__(self, "_feature", None)
+        object.__setattr__(self, "_build", build)
+
+    @property
+    def feature(self) -> Any:
+        if self._feature is None:
+            data = self._item.model_specific_data
+            grid = data.get("image_grid_thw")
+            if grid is None:
+                grid = data.get("grid_thws")
+            object.__setattr__(self, "_feature", self._build(data, self._device, grid))
+        return self._feature
+
+    @feature.setter
+    def feature(self, value: Any) -> None:
+        object.__setattr__(self, "_feature", value)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._item, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "feature":
+            object.__setattr__(self, "_feature", value)
+        else:
+            setattr(self._item, name, value)
+
+
+def tower_device(model: Any) -> Any:
+    """The device of ``model.vision_tower`` (CPU when it has none)."""
+    import torch
+
+    tower = getattr(model, "vision_tower", None)
+    device = getattr(tower, "device", None)
+    if device is None and tower is not None:
+        device = next(tower.parameters()).device
+    return torch.device(device) if device is not None else torch.device("cpu")
+
+
+def deferred_get_image_feature(original: Any, has_payload: Any, build: Any) -> Any:
+    """Wrap ``get_image_feature``: items with a payload become ``LazyFeatureView``s."""
+    import functools
+
+    @functools.wraps(original)
+    def get_image_feature(self, items, *args, **kwargs):
+        if not any(has_payload(item) for item in items):
+            return original(self, items, *args, **kwargs)
+        device = tower_device(self)
+        views = [LazyFeatureView(item, device, build) if has_payload(item) else item
+                 for item in items]
+        return original(self, views, *args, **kwargs)
+
+    setattr(get_image_feature, OWNER_MARK, True)
+    return get_image_feature
+
+
+def collect_with_payloads(original: Any, key: str, label: str) -> Any:
+    """Wrap ``collect_mm_items_from_processor_output``: move ``data_dict[key]`` (the payload
+    list) onto the one image item the release builds from the rest of the processor output."""
+    import functools
+
+    @functools.wraps(original)
+    def collect_mm_items_from_processor_output(self, data_dict, *args, **kwargs):
+        if not isinstance(data_dict, dict) or key not in data_dict:
+            return original(self, data_dict, *args, **kwargs)
+        rest = {k: v for k, v in data_dict.items() if k != key}
+        items = original(self, rest, *args, **kwargs)
+        images = [item for item in items if item.is_image()]
+        if len(images) != 1:
+            raise RuntimeError(
+                f"deferred {label} preprocessing expected one image item, got {len(images)}"
+            )
+        images[0].model_specific_data[key] = list(data_dict[key])
+        return items
+
+    return collect_mm_items_from_processor_output

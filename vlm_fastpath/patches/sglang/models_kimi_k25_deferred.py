@@ -27,12 +27,16 @@ sglang-kimi-k25-deferred-owner
 
 from __future__ import annotations
 
-import functools
-
 from ..base import Patch, PatchContext
 from ..registry import register
 from ._common import module, require
-from ._kimi_deferred import ITEM_KEY, OWNER_MARK, merge_payloads, owner_processor, resize_backend
+from ._kimi_deferred import (
+    ITEM_KEY,
+    deferred_get_image_feature,
+    merge_payloads,
+    owner_processor,
+    resize_backend,
+)
 
 KIMI_K25 = "sglang.srt.models.kimi_k25"
 
@@ -61,63 +65,12 @@ def materialize(payloads, device, grid=None):
     return out["pixel_values"]
 
 
-class DeferredItemView:
-    """An item whose ``feature`` is the deferred payload's ``pixel_values`` (computed once)."""
-
-    __slots__ = ("_item", "_device", "_feature")
-
-    def __init__(self, item, device) -> None:
-        object.__setattr__(self, "_item", item)
-        object.__setattr__(self, "_device", device)
-        object.__setattr__(self, "_feature", None)
-
-    @property
-    def feature(self):
-        if self._feature is None:
-            data = self._item.model_specific_data
-            grid = data.get("image_grid_thw")
-            if grid is None:
-                grid = data.get("grid_thws")
-            object.__setattr__(
-                self, "_feature", materialize(data[ITEM_KEY], self._device, grid)
-            )
-        return self._feature
-
-    @feature.setter
-    def feature(self, value) -> None:
-        object.__setattr__(self, "_feature", value)
-
-    def __getattr__(self, name):
-        return getattr(self._item, name)
-
-    def __setattr__(self, name, value) -> None:
-        if name == "feature":
-            object.__setattr__(self, "_feature", value)
-        else:
-            setattr(self._item, name, value)
-
-
-def _tower_device(model):
-    import torch
-
-    tower = getattr(model, "vision_tower", None)
-    device = getattr(tower, "device", None)
-    if device is None and tower is not None:
-        device = next(tower.parameters()).device
-    return torch.device(device) if device is not None else torch.device("cpu")
+def _build(data, device, grid):
+    return materialize(data[ITEM_KEY], device, grid)
 
 
 def _make_get_image_feature(original):
-    @functools.wraps(original)
-    def get_image_feature(self, items, *args, **kwargs):
-        if not any(payloads_of(item) for item in items):
-            return original(self, items, *args, **kwargs)
-        device = _tower_device(self)
-        views = [DeferredItemView(item, device) if payloads_of(item) else item for item in items]
-        return original(self, views, *args, **kwargs)
-
-    setattr(get_image_feature, OWNER_MARK, True)
-    return get_image_feature
+    return deferred_get_image_feature(original, payloads_of, _build)
 
 
 @register

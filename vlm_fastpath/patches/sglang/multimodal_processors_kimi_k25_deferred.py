@@ -41,7 +41,13 @@ import functools
 from ..base import Patch, PatchContext
 from ..registry import register
 from ._common import module, require
-from ._kimi_deferred import ITEM_KEY, OWNER_MARK, defer_mode, digest_feature
+from ._kimi_deferred import (
+    ITEM_KEY,
+    OWNER_MARK,
+    collect_with_payloads,
+    defer_mode,
+    digest_feature,
+)
 
 KIMI_PROCESSOR = "sglang.srt.multimodal.processors.kimi_k25"
 KIMI_K25 = "sglang.srt.models.kimi_k25"
@@ -141,21 +147,7 @@ def _make_call(original, g):
 
 
 def _make_collect(original):
-    @functools.wraps(original)
-    def collect_mm_items_from_processor_output(self, data_dict, *args, **kwargs):
-        if not isinstance(data_dict, dict) or ITEM_KEY not in data_dict:
-            return original(self, data_dict, *args, **kwargs)
-        rest = {k: v for k, v in data_dict.items() if k != ITEM_KEY}
-        items = original(self, rest, *args, **kwargs)
-        images = [item for item in items if item.is_image()]
-        if len(images) != 1:
-            raise RuntimeError(
-                f"deferred Kimi preprocessing expected one image item, got {len(images)}"
-            )
-        images[0].model_specific_data[ITEM_KEY] = list(data_dict[ITEM_KEY])
-        return items
-
-    return collect_mm_items_from_processor_output
+    return collect_with_payloads(original, ITEM_KEY, "Kimi")
 
 
 @register

@@ -45,6 +45,7 @@ from ._kimi_deferred import (
     K3_ITEM_KEY,
     OWNER_MARK,
     K3DeferredImage,
+    collect_with_payloads,
     defer_mode,
     k3_digest_feature,
 )
@@ -212,21 +213,7 @@ def _make_init(original):
 
 
 def _make_collect(original):
-    @functools.wraps(original)
-    def collect_mm_items_from_processor_output(self, data_dict, *args, **kwargs):
-        if not isinstance(data_dict, dict) or K3_ITEM_KEY not in data_dict:
-            return original(self, data_dict, *args, **kwargs)
-        rest = {k: v for k, v in data_dict.items() if k != K3_ITEM_KEY}
-        items = original(self, rest, *args, **kwargs)
-        images = [item for item in items if item.is_image()]
-        if len(images) != 1:
-            raise RuntimeError(
-                f"deferred Kimi K3 preprocessing expected one image item, got {len(images)}"
-            )
-        images[0].model_specific_data[K3_ITEM_KEY] = list(data_dict[K3_ITEM_KEY])
-        return items
-
-    return collect_mm_items_from_processor_output
+    return collect_with_payloads(original, K3_ITEM_KEY, "Kimi K3")
 
 
 @register
