@@ -31,7 +31,9 @@ How (two halves, applied and reverted together):
 Stands aside (``not-needed``) unless the processor patch of this release
 (``vllm-kimi-processor`` up to 0.24, ``vllm-kimi-fused-processor`` 0.25-0.31) is applied, so
 uint8 is only produced where our model-side normalization is installed too. Opt out by name:
-``VLM_FASTPATH_SKIP=vllm-kimi-device-normalize`` (both halves go together).
+``VLM_FASTPATH_SKIP=vllm-kimi-device-normalize`` (both halves go together). The API server and
+the processes that run the model must all have vlm-fastpath installed (they do on one node: one
+interpreter, one environment); for multi-node workers install it on every node or opt out.
 
 Upstream: vllm-project/vllm#50411 (Kimi in 0.32.0). Applies to vLLM >=0.15,<0.32 (verified on
 0.24.0); on 0.32+ (``supports_mm_device_do_normalize`` on the model class) it reports
