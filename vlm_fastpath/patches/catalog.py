@@ -29,6 +29,9 @@ PATCH_MODULES += (
     "vlm_fastpath.patches.sglang.models_kimi_k25_encoder_dp",
     "vlm_fastpath.patches.sglang.managers_mm_utils_ipc",
     "vlm_fastpath.patches.sglang.multimodal_processors_base_processor",
+    # the same for Qwen2.5-VL / Qwen3-VL(-MoE) on 0.5.12 - 0.5.15.post1
+    "vlm_fastpath.patches.sglang.models_qwen2_5_vl_encoder_dp",
+    "vlm_fastpath.patches.sglang.models_qwen3_vl_encoder_dp",
     # deferred preprocessing (issue 5); after the modules above so it wraps their methods
     "vlm_fastpath.patches.sglang.models_kimi_k25_deferred",
     "vlm_fastpath.patches.sglang.multimodal_processors_kimi_k25_deferred",

@@ -24,6 +24,9 @@ SGLANG_MODULES = (
     "sglang.srt.utils.cuda_ipc_transport_utils",
     "sglang.srt.multimodal.mm_utils",
     "sglang.srt.multimodal.processors.base_processor",
+    "sglang.srt.models.qwen2_5_vl",
+    "sglang.srt.models.qwen3_vl",
+    "sglang.srt.models.qwen3_vl_moe",
 )
 
 H2D = "sglang-batched-feature-h2d"
@@ -55,6 +58,19 @@ IPC = (
 for _version, _status in (("0.5.12.post1", "applied"), ("0.5.15.post1", "applied"),
                           ("0.5.17", "upstream"), ("0.5.23", "upstream")):
     EXPECTED[_version].update(dict.fromkeys(IPC, _status))
+
+# the same for Qwen-VL: 0.5.17 has the deferral machinery but no Qwen wiring (not covered);
+# 0.5.23 wires Qwen3-VL (and its processor marks), not Qwen2.5-VL
+QWEN25, QWEN3 = "sglang-qwen2-5-vl-encoder-dp-owner-only", "sglang-qwen3-vl-encoder-dp-owner-only"
+QWEN_MARK = "sglang-qwen-vl-defer-ipc-marker"
+QWEN_IPC = (QWEN25, QWEN3, QWEN_MARK)
+for _version, _statuses in (
+    ("0.5.12.post1", ("applied", "applied", "applied")),
+    ("0.5.15.post1", ("applied", "applied", "applied")),
+    ("0.5.17", ("unsupported-version",) * 3),
+    ("0.5.23", ("unsupported-version", "upstream", "upstream")),
+):
+    EXPECTED[_version].update(zip(QWEN_IPC, _statuses, strict=True))
 
 # Kimi K2.5 deferred preprocessing (issue 5): no upstream equivalent for K2.5
 DEFER = ("sglang-kimi-k25-deferred-owner", "sglang-kimi-k25-deferred-sender")

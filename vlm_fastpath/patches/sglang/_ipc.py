@@ -21,6 +21,18 @@ OURS = "_vlm_fastpath_ipc"  # on the methods our patches add (not upstream's)
 OWNER_MARK = "_vlm_fastpath_encoder_dp_owner_only"  # on our Kimi get_image_feature
 KIMI_MODELS = frozenset({"KimiK25ForConditionalGeneration"})
 KIMI_PROCESSORS = frozenset({"KimiK2_5VLImageProcessor"})
+# Qwen-VL items also name the architecture whose owner-only get_image_feature must be in place
+# (one processor serves several Qwen models; only these have an owner-only patch).
+OWNER_KEY = "_vlm_fastpath_ipc_owner"
+QWEN_PROCESSORS = frozenset({"QwenVLImageProcessor"})
+QWEN_OWNERS = {  # architecture: (module, class defining get_image_feature, switch)
+    "Qwen2_5_VLForConditionalGeneration": (
+        "sglang.srt.models.qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "qwen2_5_owner"),
+    "Qwen3VLForConditionalGeneration": (
+        "sglang.srt.models.qwen3_vl", "Qwen3VLForConditionalGeneration", "qwen3_owner"),
+    "Qwen3VLMoeForConditionalGeneration": (
+        "sglang.srt.models.qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration", "qwen3_owner"),
+}
 
 UPSTREAM_REASON = (
     "MultimodalDataItem has can_defer_cuda_ipc_feature_reconstruction (sglang #31227)"
@@ -33,8 +45,18 @@ class _Switches:
     dp_loader = False  # run_dp_sharded_mrope_vision_model(load_local_pixel_values=...)
     kimi_owner = False  # Kimi K2.5 materializes only the images its rank owns
     cache_ack = False  # embedding-cache hits release lazy features
+    qwen2_5_owner = False  # Qwen2.5-VL materializes only the images its rank owns
+    qwen3_owner = False  # Qwen3-VL (and its MoE) likewise
 
-    def all_on(self) -> bool:
+    def all_on(self, item: Any = None) -> bool:
+        """Every piece consuming ``item`` is active (no item, or no owner named: Kimi K2.5)."""
+        owner = (getattr(item, "model_specific_data", None) or {}).get(OWNER_KEY)
+        if owner is not None:
+            entry = QWEN_OWNERS.get(owner)
+            if entry is None or not getattr(self, entry[2]):
+                return False
+            shared = (self.transport, self.deferral, self.dp_loader, self.cache_ack)
+            return all(shared) and owner_in_place(entry[0], owner)
         switches = (self.transport, self.deferral, self.dp_loader, self.kimi_owner, self.cache_ack)
         return all(switches) and kimi_owner_in_place()
 
@@ -110,8 +132,12 @@ def device_index(device: Any) -> int:
 
 def kimi_owner_in_place() -> bool:
     """Our owner-only ``get_image_feature`` is the one the Kimi K2.5 class uses right now."""
-    kimi = sys.modules.get("sglang.srt.models.kimi_k25")
-    cls = getattr(kimi, "KimiK25ForConditionalGeneration", None)
+    return owner_in_place("sglang.srt.models.kimi_k25", "KimiK25ForConditionalGeneration")
+
+
+def owner_in_place(module_name: str, class_name: str) -> bool:
+    """Our owner-only ``get_image_feature`` is the one ``class_name`` uses right now."""
+    cls = getattr(sys.modules.get(module_name), class_name, None)
     func = getattr(cls, "get_image_feature", None)
     while func is not None:  # ours may be wrapped (functools.wraps keeps ``__wrapped__``)
         if getattr(func, OWNER_MARK, False):

@@ -1,7 +1,8 @@
 """TP ranks consuming CUDA-IPC features, simulated on the CPU (tests and benchmarks; not a patch).
 
-Used by ``tests/engines/sglang/test_ipc_deferral.py`` and ``benchmarks/sglang_counts.py`` to
-count raw-feature copies under encoder data parallelism on a release's own code.
+Used by ``tests/engines/sglang/test_ipc_deferral.py`` (Kimi K2.5), ``test_ipc_deferral_qwen.py``
+(Qwen-VL) and ``benchmarks/sglang_counts.py`` to count raw-feature copies under encoder data
+parallelism on a release's own code.
 
 Every simulated TP rank is a thread with its own copies of a request's items (as each scheduler
 process deserializes them), each holding a ``RecordingProxy``: a subclass of the release's
@@ -10,9 +11,9 @@ the device copy, the shared-memory flag) with CPU stand-ins and records every co
 change of the slot's shared sync flag. Requests go through the release's
 ``MultimodalInputs.from_processor_output``, its ``_get_chunked_embedding_by_item`` with its
 embedding cache (one per rank), the real ``KimiK25ForConditionalGeneration.get_image_feature``
-and ``run_dp_sharded_mrope_vision_model`` (ranks simulated by the attention-TP rank getters, a
-real all-gather across the threads), and pool slots are recycled by the release's
-``MmItemMemoryChunk.try_to_recycle``.
+(or a Qwen-VL model's) and ``run_dp_sharded_mrope_vision_model`` (ranks simulated by the
+attention-TP rank getters, a real all-gather across the threads), and pool slots are recycled
+by the release's ``MmItemMemoryChunk.try_to_recycle``.
 
 The engine stubs (server args, rank getters, per-rank embedding cache) are installed only while
 a ``Cluster`` is ``installed()`` (``run`` does so itself) and restored on exit; nothing here
@@ -239,6 +240,54 @@ def kimi_model():
     return model
 
 
+class FakeQwenVisual(torch.nn.Module):
+    """The Qwen-VL vision tower's interface to the DP sharding: raw patches (N, 1176) in,
+    (N/4, hidden) merged tokens out."""
+
+    spatial_merge_size = 2
+    out_hidden_size = HIDDEN
+    embed_dim = 32  # not the raw patch width: Qwen2.5-VL runs the tower
+    width = 1176
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4 * self.width, HIDDEN)
+
+    @property
+    def dtype(self):
+        return torch.float32
+
+    @property
+    def device(self):
+        return torch.device("cpu")
+
+    def forward(self, pixel_values, grid_thw):
+        return self.lin(pixel_values.reshape(-1, 4 * self.width))
+
+
+# family: (model module, class)
+QWEN_FAMILIES = {
+    "qwen2_5_vl": ("sglang.srt.models.qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
+    "qwen3_vl": ("sglang.srt.models.qwen3_vl", "Qwen3VLForConditionalGeneration"),
+    "qwen3_vl_moe": ("sglang.srt.models.qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration"),
+}
+
+
+def qwen_model(family: str):
+    """A Qwen-VL model (``QWEN_FAMILIES``) with a small stand-in tower, encoder DP on."""
+    import importlib
+
+    module_name, class_name = QWEN_FAMILIES[family]
+    cls = getattr(importlib.import_module(module_name), class_name)
+    model = cls.__new__(cls)
+    torch.nn.Module.__init__(model)
+    torch.manual_seed(0)
+    model.visual = FakeQwenVisual()
+    model.config = types.SimpleNamespace(vision_config=types.SimpleNamespace(hidden_size=32))
+    model.use_data_parallel = True
+    return model
+
+
 def random_requests(n_requests: int, seed: int):
     """(tp, [(hash, grid)], chunk split) per request; hashes repeat, so the cache gets hits."""
     rng = random.Random(seed)
@@ -265,11 +314,13 @@ class SimRun:
     clusters: dict[int, Cluster]  # by TP size
 
 
-def run_requests(requests, *, patched: bool) -> SimRun:
+def run_requests(requests, *, patched: bool, family: str = "kimi_k25") -> SimRun:
     """Run ``requests`` through the release's code (apply or revert the patches beforehand).
 
     ``patched``: the Kimi K2.5 processor's items get the deferral marker through our
     ``mark_deferrable`` (``sglang-kimi-k25-defer-ipc-marker``), as the patched processor does.
+    ``family``: ``"kimi_k25"`` or a ``QWEN_FAMILIES`` key (the Qwen-VL processor's marker,
+    ``sglang-qwen-vl-defer-ipc-marker``, and raw Qwen patches of width 1176).
     """
     import sglang.srt.managers.mm_utils as mm_utils
     import sglang.srt.managers.schedule_batch as sb
@@ -278,18 +329,26 @@ def run_requests(requests, *, patched: bool) -> SimRun:
     from vlm_fastpath.patches.sglang import _testing
     from vlm_fastpath.patches.sglang.multimodal_processors_base_processor import (
         mark_deferrable,
+        mark_qwen_deferrable,
     )
 
     proxy_cls = recording_proxy_class(transport.CudaIpcTensorTransportProxy)
     proxy_cls.copies = []
-    model = kimi_model()
-    processor = type("KimiK2_5VLImageProcessor", (), {})()
+    if family == "kimi_k25":
+        model, mark, patch_shape = kimi_model(), mark_deferrable, (3, 2, 2)
+        processor = type("KimiK2_5VLImageProcessor", (), {})()
+    else:
+        model, mark = qwen_model(family), mark_qwen_deferrable
+        patch_shape = (FakeQwenVisual.width,)
+        processor = type("QwenVLImageProcessor", (), {})()
+        processor.hf_config = types.SimpleNamespace(architectures=[QWEN_FAMILIES[family][1]])
     processor.server_args = types.SimpleNamespace(mm_enable_dp_encoder=True)
     run = SimRun([], [], [], {})
     chunk = mm_utils.__dict__["_get_chunked_embedding_by_item"]
     for tp, images, split in requests:
         cluster = run.clusters.get(tp) or run.clusters.setdefault(tp, Cluster(tp))
-        features = [torch.randn(t * h * w, 3, 2, 2, generator=torch.Generator().manual_seed(hh))
+        features = [torch.randn(t * h * w, *patch_shape,
+                                generator=torch.Generator().manual_seed(hh))
                     for hh, (t, h, w) in images]
         offsets, start = [], 5
         for _, (t, h, w) in images:
@@ -316,7 +375,7 @@ def run_requests(requests, *, patched: bool) -> SimRun:
                 item.offsets = [off]
                 items.append(item)
             if patched:
-                mark_deferrable(processor, items, {"SGL_USE_CUDA_IPC": True})
+                mark(processor, items, {"SGL_USE_CUDA_IPC": True})
             obj = types.SimpleNamespace(mm_items=items, padded_input_ids=None)
             mm_inputs = sb.MultimodalInputs.from_processor_output(obj)
             got = []

@@ -7,11 +7,12 @@ sglang-ipc-deferred-reconstruction
     How: ``MultimodalDataItem.reconstruct`` takes ``ipc_consumer_count`` (passed to the proxy,
     ``sglang-ipc-consumer-count``); the item gains ``can_defer_cuda_ipc_feature_reconstruction``
     and ``acknowledge_deferred_cuda_ipc_feature``; ``from_processor_output`` leaves an item lazy
-    when the Kimi K2.5 processor marked it (``sglang-kimi-k25-defer-ipc-marker``), its hash and
-    pad value are already set, its feature is its only IPC proxy, the server runs the encoder
-    data-parallel, and every piece that later consumes or releases it is active in this process
-    (transport, DP loader, Kimi owner-only materialization, cache-hit release). Anything else is
-    reconstructed eagerly by the release's own code.
+    when the Kimi K2.5 or Qwen-VL processor marked it (``sglang-kimi-k25-defer-ipc-marker``,
+    ``sglang-qwen-vl-defer-ipc-marker``), its hash and pad value are already set, its feature is
+    its only IPC proxy, the server runs the encoder data-parallel, and every piece that later
+    consumes or releases it is active in this process (transport, DP loader, the marked model's
+    owner-only materialization, cache-hit release). Anything else is reconstructed eagerly by
+    the release's own code.
     Upstream: sglang PR #31227, released in 0.5.16.
     Applies to: sglang 0.5.12 - 0.5.15.post1 (0.5.12.post1 hashes on the tokenizer only with
     ``SGLANG_MM_PRECOMPUTE_HASH``; without it nothing is deferrable and the release runs as is);
@@ -87,7 +88,7 @@ def _make_reconstruct(original, takes_device: bool):
 
 def _should_defer(item) -> bool:
     return (
-        _ipc.SWITCHES.all_on()
+        _ipc.SWITCHES.all_on(item)
         and _ipc.dp_encoder_enabled()
         and item.can_defer_cuda_ipc_feature_reconstruction()
     )

@@ -28,23 +28,12 @@ from ..base import Patch, PatchContext
 from ..registry import register
 from . import _ipc
 from ._common import module, require
+from ._encoder_dp import host_grid_rows as _host_grid_rows
+from ._encoder_dp import make_local_loader
 
 KIMI_K25 = "sglang.srt.models.kimi_k25"
 MM_UTILS = "sglang.srt.multimodal.mm_utils"
 SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
-
-
-def _host_grid_rows(item) -> list[list[int]]:
-    data = item.model_specific_data or {}
-    grid = data.get("image_grid_thw")
-    if grid is None:
-        grid = data.get("grid_thws")
-    if grid is None:
-        grid = item.image_grid_thw
-    if hasattr(grid, "device") and grid.device.type != "cpu":
-        grid = grid.cpu()
-    rows = grid.tolist()
-    return rows if rows and isinstance(rows[0], list) else [rows]
 
 
 def _make_get_image_feature(current, kimi_g, mm_g):
@@ -60,15 +49,9 @@ def _make_get_image_feature(current, kimi_g, mm_g):
         for item in items:
             _ipc.settle(item)  # every rank: this item's slot is accounted for below
 
-        def load_local_pixel_values(indices):
-            features = []
-            for index in indices:
-                item = items[index]
-                if _ipc.is_proxy(item.feature):
-                    item.reconstruct(_ipc.device_index(device), ipc_consumer_count=consumers)
-                features.append(item.feature)
-            return mm_g["materialize_multimodal_features"](features, device=device, dtype=dtype)
-
+        load_local_pixel_values = make_local_loader(
+            items, device, dtype, consumers, mm_g["materialize_multimodal_features"]
+        )
         image_embeds = kimi_g["run_dp_sharded_mrope_vision_model"](
             tower,
             None,
