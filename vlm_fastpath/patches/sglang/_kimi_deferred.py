@@ -217,21 +217,68 @@ def tower_device(model: Any) -> Any:
     return torch.device(device) if device is not None else torch.device("cpu")
 
 
-def deferred_get_image_feature(original: Any, has_payload: Any, build: Any) -> Any:
-    """Wrap ``get_image_feature``: items with a payload become ``LazyFeatureView``s."""
+def payloads_in(item: Any, key: str) -> Any:
+    """The deferred payloads an item carries under ``key`` (None for an ordinary item)."""
+    data = getattr(item, "model_specific_data", None)
+    return data.get(key) if isinstance(data, dict) else None
+
+
+def check_grids(got: Any, grid: Any, label: str) -> None:
+    """Raise when the grids the owner computed differ from the item's (tokenizer-side) grids."""
+    import torch
+
+    if grid is None:
+        return
+    want = torch.as_tensor(grid).reshape(-1, 3).cpu().to(torch.int64)
+    got = torch.as_tensor(got).cpu().to(torch.int64)
+    if not torch.equal(got, want):
+        raise ValueError(f"deferred {label} grids {got.tolist()} != item grids {want.tolist()}")
+
+
+def model_has_owner(module_name: str, class_name: str) -> bool:
+    """True when this process's model class carries a deferred-owner ``get_image_feature``."""
+    import sys
+
+    model = getattr(sys.modules.get(module_name), class_name, None)
+    return bool(getattr(getattr(model, "get_image_feature", None), OWNER_MARK, False))
+
+
+def deferred_get_image_feature(original: Any, key: str, materialize: Any) -> Any:
+    """Wrap ``get_image_feature``: items with payloads under ``key`` become
+    ``LazyFeatureView``s whose feature is ``materialize(payloads, device, grid)``."""
     import functools
+
+    def build(data: dict, device: Any, grid: Any) -> Any:
+        return materialize(data[key], device, grid)
 
     @functools.wraps(original)
     def get_image_feature(self, items, *args, **kwargs):
-        if not any(has_payload(item) for item in items):
+        if not any(payloads_in(item, key) for item in items):
             return original(self, items, *args, **kwargs)
         device = tower_device(self)
-        views = [LazyFeatureView(item, device, build) if has_payload(item) else item
+        views = [LazyFeatureView(item, device, build) if payloads_in(item, key) else item
                  for item in items]
         return original(self, views, *args, **kwargs)
 
     setattr(get_image_feature, OWNER_MARK, True)
     return get_image_feature
+
+
+def deferring_call(original: Any, should_defer: Any, deferred_call: Any) -> Any:
+    """Wrap a processor wrapper's ``__call__``: when ``should_defer(self, images)`` says so,
+    answer with ``deferred_call(self, text, images, original_input_ids, kwargs)`` instead."""
+    import functools
+
+    @functools.wraps(original)
+    def __call__(self, text=None, images=None, **kwargs):
+        found = images or kwargs.get("images")
+        if not should_defer(self, found):
+            return original(self, text, images, **kwargs)
+        kwargs.pop("images", None)
+        original_input_ids = kwargs.pop("sglang_original_input_ids", None)
+        return deferred_call(self, text, list(found), original_input_ids, kwargs)
+
+    return __call__
 
 
 def collect_with_payloads(original: Any, key: str, label: str) -> Any:

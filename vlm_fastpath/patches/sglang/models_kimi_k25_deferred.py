@@ -32,6 +32,7 @@ from ..registry import register
 from ._common import module, require
 from ._kimi_deferred import (
     ITEM_KEY,
+    check_grids,
     deferred_get_image_feature,
     merge_payloads,
     owner_processor,
@@ -41,36 +42,18 @@ from ._kimi_deferred import (
 KIMI_K25 = "sglang.srt.models.kimi_k25"
 
 
-def payloads_of(item):
-    data = getattr(item, "model_specific_data", None)
-    if not isinstance(data, dict):
-        return None
-    return data.get(ITEM_KEY)
-
-
 def materialize(payloads, device, grid=None):
     """float32 ``pixel_values`` of an item's payloads on ``device`` (checked against grid)."""
-    import torch
 
     payload = merge_payloads(list(payloads))
     proc = owner_processor(payload)
     out = proc.run(payload, device=device, resize_backend=resize_backend())
-    if grid is not None:
-        want = torch.as_tensor(grid).reshape(-1, 3).cpu().to(torch.int64)
-        if not torch.equal(out["grid_thws"], want):
-            raise ValueError(
-                f"deferred Kimi payload grids {out['grid_thws'].tolist()} != item grids "
-                f"{want.tolist()}"
-            )
+    check_grids(out["grid_thws"], grid, "Kimi payload")
     return out["pixel_values"]
 
 
-def _build(data, device, grid):
-    return materialize(data[ITEM_KEY], device, grid)
-
-
 def _make_get_image_feature(original):
-    return deferred_get_image_feature(original, payloads_of, _build)
+    return deferred_get_image_feature(original, ITEM_KEY, materialize)
 
 
 @register

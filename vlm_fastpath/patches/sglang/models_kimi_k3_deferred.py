@@ -28,17 +28,10 @@ from __future__ import annotations
 from ..base import Patch, PatchContext
 from ..registry import register
 from ._common import module, require
-from ._kimi_deferred import K3_ITEM_KEY, deferred_get_image_feature
+from ._kimi_deferred import K3_ITEM_KEY, check_grids, deferred_get_image_feature
 from .multimodal_processors_kimi_k3_deferred import K3_MODEL, K3_PROCESSOR, upstream_defers
 
 K25_PROCESSOR = "sglang.srt.multimodal.processors.kimi_k25"
-
-
-def payloads_of(item):
-    data = getattr(item, "model_specific_data", None)
-    if not isinstance(data, dict):
-        return None
-    return data.get(K3_ITEM_KEY)
 
 
 def norm_tensors(mean, std, device):
@@ -54,7 +47,6 @@ def norm_tensors(mean, std, device):
 
 def materialize(images, device, grid=None):
     """float32 ``pixel_values`` of deferred K3 images on ``device`` (checked against grid)."""
-    import torch
 
     images = list(images)
     if not images:
@@ -78,20 +70,12 @@ def materialize(images, device, grid=None):
         to_chw=lambda pixels: pixels.to(device),
         post_resize=lambda x: fill(x, bg),
     )
-    if grid is not None:
-        want = torch.as_tensor(grid).reshape(-1, 3).cpu().to(torch.int64)
-        if not torch.equal(grids.cpu().to(torch.int64), want):
-            raise ValueError(f"deferred Kimi K3 grids {grids.tolist()} != item grids "
-                             f"{want.tolist()}")
+    check_grids(grids, grid, "Kimi K3")
     return pixel_values
 
 
-def _build(data, device, grid):
-    return materialize(data[K3_ITEM_KEY], device, grid)
-
-
 def _make_get_image_feature(original):
-    return deferred_get_image_feature(original, payloads_of, _build)
+    return deferred_get_image_feature(original, K3_ITEM_KEY, materialize)
 
 
 @register

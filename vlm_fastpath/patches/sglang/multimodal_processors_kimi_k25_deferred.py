@@ -43,10 +43,11 @@ from ..registry import register
 from ._common import module, require
 from ._kimi_deferred import (
     ITEM_KEY,
-    OWNER_MARK,
     collect_with_payloads,
     defer_mode,
+    deferring_call,
     digest_feature,
+    model_has_owner,
 )
 
 KIMI_PROCESSOR = "sglang.srt.multimodal.processors.kimi_k25"
@@ -56,12 +57,7 @@ _PROC_ATTR = "_vlm_fastpath_deferred_processor"
 
 def owner_ready() -> bool:
     """True when this process's Kimi K2.5 model carries the deferred owner patch."""
-    import sys
-
-    kimi = sys.modules.get(KIMI_K25)
-    model = getattr(kimi, "KimiK25ForConditionalGeneration", None)
-    feature = getattr(model, "get_image_feature", None)
-    return bool(getattr(feature, OWNER_MARK, False))
+    return model_has_owner(KIMI_K25, "KimiK25ForConditionalGeneration")
 
 
 def _host_images(images) -> bool:
@@ -134,16 +130,9 @@ def deferred_call(wrapper, text, images, original_input_ids, kwargs, g):
 
 
 def _make_call(original, g):
-    @functools.wraps(original)
-    def __call__(self, text=None, images=None, **kwargs):
-        found = images or kwargs.get("images")
-        if not should_defer(self, found, g):
-            return original(self, text, images, **kwargs)
-        kwargs.pop("images", None)
-        original_input_ids = kwargs.pop("sglang_original_input_ids", None)
-        return deferred_call(self, text, list(found), original_input_ids, kwargs, g)
-
-    return __call__
+    return deferring_call(
+        original, functools.partial(should_defer, g=g), functools.partial(deferred_call, g=g)
+    )
 
 
 def _make_collect(original):

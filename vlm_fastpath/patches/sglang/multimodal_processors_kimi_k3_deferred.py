@@ -43,11 +43,12 @@ from ..registry import register
 from ._common import module, require
 from ._kimi_deferred import (
     K3_ITEM_KEY,
-    OWNER_MARK,
     K3DeferredImage,
     collect_with_payloads,
     defer_mode,
+    deferring_call,
     k3_digest_feature,
+    model_has_owner,
 )
 
 K3_PROCESSOR = "sglang.srt.multimodal.processors.kimi_k3"
@@ -73,12 +74,7 @@ def upstream_defers() -> str | None:
 
 def owner_ready() -> bool:
     """True when this process's Kimi K3 model carries the deferred owner patch."""
-    import sys
-
-    kimi = sys.modules.get(K3_MODEL)
-    model = getattr(kimi, "KimiK3ForConditionalGeneration", None)
-    feature = getattr(model, "get_image_feature", None)
-    return bool(getattr(feature, OWNER_MARK, False))
+    return model_has_owner(K3_MODEL, "KimiK3ForConditionalGeneration")
 
 
 def has_alpha(image) -> bool:
@@ -163,8 +159,9 @@ def to_chw_uint8(image):
     return image.cpu().contiguous()
 
 
-def deferred_call(wrapper, text, images, original_input_ids, g):
-    """The release's ``_gpu_call`` output with pixels replaced by deferred images."""
+def deferred_call(wrapper, text, images, original_input_ids, kwargs, g):
+    """The release's ``_gpu_call`` output with pixels replaced by deferred images (the
+    release's ``_gpu_call`` takes no extra processor kwargs, so ``kwargs`` is unused)."""
     import torch
 
     grid_of = module(K25_PROCESSOR)._grid_thw_from_resize_config
@@ -189,16 +186,9 @@ def deferred_call(wrapper, text, images, original_input_ids, g):
 
 
 def _make_call(original, g):
-    @functools.wraps(original)
-    def __call__(self, text=None, images=None, **kwargs):
-        found = images or kwargs.get("images")
-        if not should_defer(self, found, g):
-            return original(self, text, images, **kwargs)
-        kwargs.pop("images", None)
-        original_input_ids = kwargs.pop("sglang_original_input_ids", None)
-        return deferred_call(self, text, list(found), original_input_ids, g)
-
-    return __call__
+    return deferring_call(
+        original, functools.partial(should_defer, g=g), functools.partial(deferred_call, g=g)
+    )
 
 
 def _make_init(original):
