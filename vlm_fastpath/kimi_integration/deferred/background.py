@@ -137,19 +137,12 @@ def fill_transparent_bg(x: torch.Tensor, bg_config: BackgroundConfig | Any) -> t
     ``drop``, else blended onto the background with K3's float32 arithmetic, see the module
     docstring; elementwise, so identical on any device).
     """
-    bg = BackgroundConfig.from_config(bg_config)
     if x.dtype != torch.uint8 or x.dim() < 3:
         raise ValueError(f"expected uint8 [..., C, H, W], got {x.dtype} {tuple(x.shape)}")
-    channels = x.shape[-3]
-    if channels == 3:
-        return x
-    if channels == 1:
-        return x.expand(*x.shape[:-3], 3, *x.shape[-2:])
-    if channels != 4:
-        raise ValueError(f"expected 1, 3 or 4 channels, got {channels}")
-    if not bg.needs_alpha:
-        return x[..., :3, :, :]
-    return fill_transparent_bg_float(x.to(torch.float32), bg).to(torch.uint8)
+    if x.shape[-3] == 3:
+        return x  # the common case: nothing to resolve, no float round trip
+    # Exact: the float op's inputs and outputs are integers in 0..255.
+    return fill_transparent_bg_float(x.to(torch.float32), bg_config).to(torch.uint8)
 
 
 def fill_transparent_bg_float(x: torch.Tensor, bg_config: BackgroundConfig | Any) -> torch.Tensor:
