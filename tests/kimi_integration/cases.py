@@ -40,3 +40,16 @@ def run_backend_cases(processor_cls, seed: int = 0) -> dict[str, object]:
                 out = proc.preprocess(medias, do_rescale=False, do_normalize=False)
                 results[f"{cfg_name}-u8-{name}"] = (out["pixel_values"], out["grid_thws"])
     return results
+
+
+# A K3-like media_proc_cfg (CLIP statistics so every channel normalizes differently; the small
+# patch limit makes most test images downscale) and the checkpoint's chessboard
+# transparent_bg_config form. Shared by the core K3 tests and the SGLang K3 engine tests.
+K3_CFG = {"patch_size": 14, "merge_kernel_size": 2, "in_patch_limit": 256,
+          "patch_limit_on_one_side": 512, "fixed_output_tokens": None,
+          "image_mean": [0.48145466, 0.4578275, 0.40821073],
+          "image_std": [0.26862954, 0.26130258, 0.27577711]}
+K3_CHESSBOARD = {"pattern": "chessboard", "chessboard_square_size": 16,
+                 "chessboard_white_value": 255, "chessboard_gray_value": 200,
+                 "chessboard_square_on_top_left": True,
+                 "transparent_bg_fill_stage": "after_resize"}

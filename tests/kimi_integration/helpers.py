@@ -38,6 +38,16 @@ def rand_image(seed: int, width: int, height: int, mode: str = "RGB") -> Image.I
     return image
 
 
+def palette_image(seed: int, w: int, h: int, transparency=None) -> Image.Image:
+    """A "P" image with a random palette (and, optionally, a transparent index)."""
+    rng = np.random.default_rng(seed)
+    image = Image.frombytes("P", (w, h), rand_array(seed, w, h, 0).tobytes())
+    image.putpalette(rng.integers(0, 256, 768, dtype=np.uint8).tobytes())
+    if transparency is not None:
+        image.info["transparency"] = transparency
+    return image
+
+
 def encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
     buf = io.BytesIO()
     image.save(buf, format=fmt, **kwargs)

@@ -38,21 +38,12 @@ from vlm_fastpath.kimi_integration.errors import (
     KimiProcessorError,
 )
 
-from .helpers import decode, encode, img, rand_array, video
+from .helpers import decode, encode, img, palette_image, rand_array, video
 from .reference_kimi import KIMI_K25_CFG, ref_preprocess
 
 BACKENDS = ["pillow", "torch-pillow"]  # both must equal the eager path on CPU
 FILLS = ["white", "black", "gray", "chessboard"]
 MIB = 1 << 20
-
-
-def _palette(seed: int, w: int, h: int, transparency=None) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    image = Image.frombytes("P", (w, h), rand_array(seed, w, h, 0).tobytes())
-    image.putpalette(rng.integers(0, 256, 768, dtype=np.uint8).tobytes())
-    if transparency is not None:
-        image.info["transparency"] = transparency
-    return image
 
 
 def _photo_like(seed: int, w: int, h: int) -> Image.Image:
@@ -78,8 +69,8 @@ def _inputs() -> dict[str, object]:
         "pil-l": Image.fromarray(rand_array(6, 333, 222, 0)),
         "pil-l-downscaled": Image.fromarray(rand_array(7, 1500, 1300, 0)),
         "pil-la": Image.fromarray(rand_array(8, 120, 90, 2)),
-        "pil-p": _palette(9, 140, 100),
-        "pil-p-transparency": _palette(10, 140, 100, transparency=7),
+        "pil-p": palette_image(9, 140, 100),
+        "pil-p-transparency": palette_image(10, 140, 100, transparency=7),
         "pil-cmyk": Image.frombytes("CMYK", (90, 70), rand_array(11, 90, 70, 4)),
         "pil-i16": Image.fromarray(
             np.random.default_rng(12).integers(0, 1024, (50, 60), dtype=np.uint16)

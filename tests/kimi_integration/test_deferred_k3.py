@@ -38,17 +38,10 @@ from vlm_fastpath.kimi_integration.deferred import (
 )
 from vlm_fastpath.kimi_integration.errors import DeferredPayloadError, KimiInputError
 
-from .helpers import REPO_ROOT, encode, img, rand_array, video
+from .cases import K3_CFG as CFG
+from .cases import K3_CHESSBOARD as CHESSBOARD
+from .helpers import REPO_ROOT, encode, img, palette_image, rand_array, video
 
-# a K3-like media_proc_cfg (CLIP statistics so every channel normalizes differently); the small
-# patch limit makes most test images downscale
-CFG = {"patch_size": 14, "merge_kernel_size": 2, "in_patch_limit": 256,
-       "patch_limit_on_one_side": 512, "fixed_output_tokens": None,
-       "image_mean": [0.48145466, 0.4578275, 0.40821073],
-       "image_std": [0.26862954, 0.26130258, 0.27577711]}
-CHESSBOARD = {"pattern": "chessboard", "chessboard_square_size": 16,
-              "chessboard_white_value": 255, "chessboard_gray_value": 200,
-              "chessboard_square_on_top_left": True, "transparent_bg_fill_stage": "after_resize"}
 # the checkpoint's transparent_bg_config forms (None: alpha dropped after the resize)
 BACKGROUNDS = {"none": None, "white": {"pattern": "white"}, "black": {"pattern": "black"},
                "gray": {"pattern": "gray"}, "chessboard": CHESSBOARD,
@@ -65,15 +58,6 @@ def _rgba(seed: int, w: int, h: int) -> np.ndarray:
     return array
 
 
-def _palette(seed: int, w: int, h: int, transparency=None) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    image = Image.frombytes("P", (w, h), rand_array(seed, w, h, 0).tobytes())
-    image.putpalette(rng.integers(0, 256, 768, dtype=np.uint8).tobytes())
-    if transparency is not None:
-        image.info["transparency"] = transparency
-    return image
-
-
 def _rgb_with_key() -> Image.Image:
     image = Image.fromarray(rand_array(9, 203, 151, 3))
     image.info["transparency"] = (10, 20, 30)  # K3 keeps RGB images opaque
@@ -87,8 +71,8 @@ INPUTS = {
     "pil-rgba-wide": Image.fromarray(_rgba(4, 1001, 157)),
     "pil-la": Image.fromarray(rand_array(5, 123, 91, 2)),
     "pil-l": Image.fromarray(rand_array(6, 333, 221, 0)),
-    "pil-p": _palette(7, 141, 99),
-    "pil-p-transparency": _palette(8, 141, 99, transparency=7),
+    "pil-p": palette_image(7, 141, 99),
+    "pil-p-transparency": palette_image(8, 141, 99, transparency=7),
     "pil-rgb-key": _rgb_with_key(),
     "png-rgba-bytes": encode(Image.fromarray(_rgba(10, 301, 211)), "PNG"),
     "jpeg-bytes": encode(Image.fromarray(rand_array(11, 643, 481, 3)), "JPEG", quality=85),

@@ -19,6 +19,7 @@ from PIL import Image
 
 from vlm_fastpath.patches import REGISTRY
 
+from .pipeline import release_items
 from .test_kimi_processor import MEDIA_CFG, HFProcessor, make_wrapper
 
 SENDER = "sglang-kimi-k25-deferred-sender"
@@ -94,22 +95,8 @@ def _wrapper(cfg=None):
 def _items(out):
     """The release's item pipeline: collect, offsets, per-image split, then pickle."""
     import sglang.srt.multimodal.processors.kimi_k25 as proc
-    from sglang.srt.managers.mm_utils import get_new_expanded_mm_items
-    from sglang.srt.managers.schedule_batch import Modality
 
-    cls = proc.KimiK2_5VLImageProcessor
-    obj = cls.__new__(cls)
-    obj.ATTR_NAME_TO_MODALITY = {"pixel_values": Modality.IMAGE,
-                                 "image_grid_thw": Modality.IMAGE}
-    obj.FEATURE_NAMES = ["pixel_values"]
-    input_ids = out["input_ids"].flatten()
-    items = obj.collect_mm_items_from_processor_output(out)
-    for item in items:
-        item.offsets = cls.get_mm_items_offset(input_ids=input_ids, mm_token_id=TOKEN_ID)
-    items = get_new_expanded_mm_items(items)
-    for item in items:
-        item.set_pad_value()
-    return pickle.loads(pickle.dumps(items)), input_ids
+    return release_items(proc.KimiK2_5VLImageProcessor, out, TOKEN_ID)
 
 
 def _tower_input(model, items):

@@ -20,7 +20,11 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.kimi_integration.cases import K3_CFG as CFG
+from tests.kimi_integration.cases import K3_CHESSBOARD as CHESSBOARD
 from vlm_fastpath.patches import REGISTRY
+
+from .pipeline import release_items
 
 SENDER = "sglang-kimi-k3-deferred-sender"
 OWNER = "sglang-kimi-k3-deferred-owner"
@@ -28,14 +32,6 @@ KEY = "_vlm_fastpath_kimi_k3_deferred"
 TOKEN = "<|media_pad|>"
 TOKEN_ID = 163605
 EXPECTED = {"0.5.17": "applied", "0.5.23": "upstream"}  # older releases: no K3 module
-CFG = {"patch_size": 14, "merge_kernel_size": 2, "in_patch_limit": 256,
-       "patch_limit_on_one_side": 512, "fixed_output_tokens": None,
-       "image_mean": [0.48145466, 0.4578275, 0.40821073],
-       "image_std": [0.26862954, 0.26130258, 0.27577711]}
-# the checkpoint's preprocessor_config.json form (transparent_bg_fill_stage: after_resize)
-CHESSBOARD = {"pattern": "chessboard", "chessboard_square_size": 16,
-              "chessboard_white_value": 255, "chessboard_gray_value": 200,
-              "chessboard_square_on_top_left": True, "transparent_bg_fill_stage": "after_resize"}
 BACKGROUNDS = {"chessboard": CHESSBOARD, "white": {"pattern": "white"},
                "black": {"pattern": "black"}, "gray": {"pattern": "gray"}, "none": None,
                "chessboard-off": dict(CHESSBOARD, chessboard_square_on_top_left=False,
@@ -133,23 +129,10 @@ def _lazy(wrapper, monkeypatch, images, prompt):
 
 
 def _items(out):
+    """The release's item pipeline: collect, offsets, per-image split, then pickle."""
     import sglang.srt.multimodal.processors.kimi_k3 as proc
-    from sglang.srt.managers.mm_utils import get_new_expanded_mm_items
-    from sglang.srt.managers.schedule_batch import Modality
 
-    cls = proc.KimiK3ImageProcessor
-    obj = cls.__new__(cls)
-    obj.ATTR_NAME_TO_MODALITY = {"pixel_values": Modality.IMAGE,
-                                 "image_grid_thw": Modality.IMAGE}
-    obj.FEATURE_NAMES = ["pixel_values"]
-    input_ids = out["input_ids"].flatten()
-    items = obj.collect_mm_items_from_processor_output(out)
-    for item in items:
-        item.offsets = cls.get_mm_items_offset(input_ids=input_ids, mm_token_id=TOKEN_ID)
-    items = get_new_expanded_mm_items(items)
-    for item in items:
-        item.set_pad_value()
-    return pickle.loads(pickle.dumps(items)), input_ids
+    return release_items(proc.KimiK3ImageProcessor, out, TOKEN_ID)
 
 
 class _Tower(torch.nn.Module):
