@@ -19,15 +19,8 @@ from vlm_fastpath.patches import REGISTRY
 from vlm_fastpath.patches.sglang import _ipc_sim
 
 from .conftest import EXPECTED
+from .conftest import IPC as IPC_PATCHES
 
-IPC_PATCHES = (
-    "sglang-ipc-consumer-count",
-    "sglang-ipc-deferred-reconstruction",
-    "sglang-encoder-dp-local-loader",
-    "sglang-kimi-k25-encoder-dp-owner-only",
-    "sglang-ipc-cache-hit-release",
-    "sglang-kimi-k25-defer-ipc-marker",
-)
 NEEDS_IT = ("0.5.12.post1", "0.5.15.post1")
 
 
