@@ -8,6 +8,7 @@ preallocated output. Resizes of all images/frames run on a thread pool and overl
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, as_completed
@@ -26,12 +27,20 @@ from .patchify_kernel import patchify_frame
 from .resize_pool import get_pool, pool_size
 
 
-def _batch(data: dict[str, Any], return_tensors: Any) -> Mapping[str, Any]:
+@functools.cache
+def _batch_feature_cls() -> Any:
+    """transformers' ``BatchFeature`` (what engines expect) or None; looked up once, since a
+    failed import is not cached by Python and would search the path on every call."""
     try:
         from transformers import BatchFeature
     except ImportError:
-        return data
-    return BatchFeature(data=data, tensor_type=return_tensors)
+        return None
+    return BatchFeature
+
+
+def _batch(data: dict[str, Any], return_tensors: Any) -> Mapping[str, Any]:
+    cls = _batch_feature_cls()
+    return data if cls is None else cls(data=data, tensor_type=return_tensors)
 
 
 def _frames_of(media: Any) -> tuple[str, list[Any]]:
@@ -90,7 +99,9 @@ class FusedKimiProcessor:
     # -- sizes ---------------------------------------------------------------------------
     def plan(self, media: Mapping[str, Any]) -> ResizePlan:
         """Resize plan of one media item, computed from its size alone (no pixel work)."""
-        kind, frames = _frames_of(media)
+        return self._plan(*_frames_of(media))
+
+    def _plan(self, kind: str, frames: list[Any]) -> ResizePlan:
         width, height = image_size(frames[0])
         if kind == "image":
             return plan_image(self.config, width, height)
@@ -142,7 +153,7 @@ class FusedKimiProcessor:
         lut = self._lut(do_rescale, do_normalize)
         p = self.config.patch_size
         items = [_frames_of(media) for media in medias]
-        plans = [self.plan(media) for media in medias]
+        plans = [self._plan(kind, frames) for kind, frames in items]
         total = sum(plan.num_patches for plan in plans)
         # numpy, not torch.empty: numpy asks the kernel for transparent huge pages on large
         # buffers (madvise), which makes first-touch page faults on the output ~4x cheaper.
