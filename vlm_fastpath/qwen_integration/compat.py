@@ -1,0 +1,148 @@
+"""Mirror a transformers Qwen-VL image processor, and prove the mirror exact before use.
+
+``config_from_hf`` reads the settings (and which arithmetic, torchvision or PIL) off a live
+transformers processor. ``check_compatible`` then runs small probe images through both, with
+upscaling, downscaling, float32 and uint8 output and a mixed batch, and returns a reason when
+anything differs: a transformers, torchvision, torch or Pillow release that changed behaviour
+makes the engine patches stand aside instead of silently serving different pixels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from .config import BICUBIC, PIL, TORCHVISION, QwenImageConfig
+from .errors import QwenConfigError, QwenProcessorError
+
+SUPPORTED_CLASSES = frozenset(
+    {"Qwen2VLImageProcessor", "Qwen2VLImageProcessorPil", "Qwen2VLImageProcessorFast"}
+)
+# Settings our processor does not reproduce; a truthy value on the HF side means stand aside.
+_UNSUPPORTED_TRUTHY = ("do_pad", "do_center_crop")
+
+
+def _mode_of(hf_processor: Any) -> str:
+    backend = getattr(hf_processor, "backend", None)
+    if backend in (TORCHVISION, PIL):
+        return str(backend)
+    name = type(hf_processor).__name__
+    if name.endswith("Fast"):
+        return TORCHVISION
+    return PIL
+
+
+def _resample_of(value: Any) -> int:
+    if value is None:
+        return BICUBIC
+    name = getattr(value, "name", None)
+    if isinstance(name, str) and name.upper() == "BICUBIC":
+        return BICUBIC
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _size_of(size: Any) -> dict[str, Any]:
+    if size is None:
+        return {}
+    if isinstance(size, Mapping):
+        return {k: v for k, v in size.items() if v is not None}
+    keys = ("shortest_edge", "longest_edge")
+    return {k: getattr(size, k) for k in keys if getattr(size, k, None) is not None}
+
+
+def config_from_hf(hf_processor: Any) -> QwenImageConfig:
+    """Our config for a transformers Qwen2-VL image processor (torchvision or PIL backed)."""
+    name = type(hf_processor).__name__
+    if name not in SUPPORTED_CLASSES:
+        raise QwenConfigError(f"unsupported image processor class {name}")
+    for key in _UNSUPPORTED_TRUTHY:
+        if getattr(hf_processor, key, None):
+            raise QwenConfigError(f"{name} has {key}={getattr(hf_processor, key)!r}")
+    device = getattr(hf_processor, "device", None)
+    if device is not None and str(device) != "cpu":
+        raise QwenConfigError(f"{name} processes on device {device!r}; only CPU is reproduced")
+    size = _size_of(getattr(hf_processor, "size", None))
+    data: dict[str, Any] = {
+        "size": size,
+        "min_pixels": getattr(hf_processor, "min_pixels", None),
+        "max_pixels": getattr(hf_processor, "max_pixels", None),
+        "resample": _resample_of(getattr(hf_processor, "resample", None)),
+    }
+    if "shortest_edge" in size:
+        data["min_pixels"] = size["shortest_edge"]
+    if "longest_edge" in size:
+        data["max_pixels"] = size["longest_edge"]
+    for key in ("patch_size", "temporal_patch_size", "merge_size", "image_mean", "image_std",
+                "rescale_factor", "do_resize", "do_rescale", "do_normalize", "do_convert_rgb"):
+        data[key] = getattr(hf_processor, key, None)
+    return QwenImageConfig.from_dict(data, mode=_mode_of(hf_processor))
+
+
+def _probe_images() -> list[Any]:
+    from PIL import Image
+
+    rng = np.random.RandomState(1234)
+    sizes = ((37, 53), (157, 211), (3, 170))  # (height, width): up-, down-scale, thin
+    images = []
+    for height, width in sizes:
+        pixels = rng.randint(0, 256, size=(height, width, 3)).astype(np.uint8)
+        images.append(Image.fromarray(pixels))
+    return images
+
+
+def _probe_calls(config: QwenImageConfig) -> list[dict[str, Any]]:
+    # A small max_pixels forces a downscale whatever the checkpoint's limits are.
+    factor = config.factor
+    small = {"shortest_edge": factor * factor, "longest_edge": (4 * factor) ** 2}
+    return [
+        {},
+        {"size": small},
+        {"size": small, "do_rescale": False, "do_normalize": False},
+        {"do_rescale": True, "do_normalize": False},
+    ]
+
+
+def _as_tensor(value: Any) -> torch.Tensor:
+    return value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
+
+
+def check_compatible(hf_processor: Any, fast: Any = None) -> str | None:
+    """None when our processor reproduces ``hf_processor`` exactly on the probes, else why not.
+
+    Cheap (small images only): meant to run once when an engine patch is applied.
+    """
+    from .processor import FastQwen2VLImageProcessor
+
+    try:
+        if fast is None:
+            fast = FastQwen2VLImageProcessor.from_hf(hf_processor)
+    except QwenProcessorError as exc:
+        return f"settings not reproduced: {exc}"
+    images = _probe_images()
+    for kwargs in _probe_calls(fast.config):
+        for batch in ([images[0]], [images[1]], images):
+            try:
+                expected = hf_processor(images=list(batch), return_tensors="pt", **kwargs)
+            except Exception as exc:  # noqa: BLE001 - any failure of theirs means stand aside
+                return f"{type(hf_processor).__name__} failed on a probe ({kwargs}): {exc!r}"
+            try:
+                got = fast(images=list(batch), return_tensors="pt", **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                return f"our processor failed on a probe ({kwargs}): {exc!r}"
+            for key in ("pixel_values", "image_grid_thw"):
+                want, have = _as_tensor(expected[key]), _as_tensor(got[key])
+                if want.dtype != have.dtype or want.shape != have.shape:
+                    return (
+                        f"{key} differs on a probe ({kwargs}): {want.dtype}{tuple(want.shape)} "
+                        f"vs ours {have.dtype}{tuple(have.shape)}"
+                    )
+                if not torch.equal(want, have):
+                    diff = (want.double() - have.double()).abs().max().item()
+                    return f"{key} differs on a probe ({kwargs}): max abs difference {diff}"
+    return None

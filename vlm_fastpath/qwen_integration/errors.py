@@ -1,0 +1,28 @@
+"""Exceptions raised for bad input or settings, so callers can tell a user error from a bug.
+
+All derive from ``ValueError``: the engines map a ``ValueError`` raised while processing a
+request to a "bad request" answer instead of failing the worker (same rule as the Kimi
+processor's errors).
+"""
+
+from __future__ import annotations
+
+
+class QwenProcessorError(ValueError):
+    """Base class for every error the Qwen-VL processor raises on purpose."""
+
+
+class QwenConfigError(QwenProcessorError):
+    """A setting (config file, constructor or per-call override) we cannot honour exactly."""
+
+
+class QwenInputError(QwenProcessorError):
+    """An image cannot be turned into pixels (wrong type, dtype, shape, empty...)."""
+
+
+class AspectRatioError(QwenInputError):
+    """``smart_resize`` rejects the image: aspect ratio above 200 or a degenerate target."""
+
+
+class QwenImageTooLargeError(QwenInputError):
+    """The image exceeds Pillow's decompression-bomb limit (``2 * Image.MAX_IMAGE_PIXELS``)."""

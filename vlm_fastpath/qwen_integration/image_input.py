@@ -1,0 +1,161 @@
+"""Turn what an engine hands the processor into RGB pixels, as transformers reads them.
+
+PIL images go through ``convert("RGB")`` (what ``do_convert_rgb`` does in both transformers
+processors). uint8 arrays and tensors follow transformers' channel rule: channels-first when
+the first axis is 1 or 3, else channels-last when the last axis is 1 or 3. Only 3-channel
+pixels are accepted: transformers itself fails (or emits a different patch width) on 1 or 4
+channels, and a float array has no single right mapping to bytes, so both are refused with a
+``QwenInputError`` rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from .errors import QwenImageTooLargeError, QwenInputError
+
+CHANNELS_FIRST = "channels_first"
+CHANNELS_LAST = "channels_last"
+
+
+def _bomb_limit() -> int | None:
+    limit = Image.MAX_IMAGE_PIXELS
+    return None if limit is None else 2 * int(limit)
+
+
+def check_pixel_count(width: int, height: int) -> None:
+    """Zero-size and decompression-bomb checks for any input, decoded or not."""
+    if width <= 0 or height <= 0:
+        raise QwenInputError(f"image has zero size ({width}x{height})")
+    limit = _bomb_limit()
+    if limit is not None and width * height > limit:
+        raise QwenImageTooLargeError(
+            f"image of {width}x{height} = {width * height} pixels exceeds Pillow's "
+            f"decompression-bomb limit of {limit} pixels (2 * PIL.Image.MAX_IMAGE_PIXELS)"
+        )
+
+
+def _unwrap(obj: Any) -> Any:
+    # vLLM wraps decoded media as MediaWithBytes(media=..., original_bytes=...).
+    if hasattr(obj, "media") and hasattr(obj, "original_bytes"):
+        return obj.media
+    return obj
+
+
+def _is_tensor(obj: Any) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "detach")
+
+
+def is_image_like(obj: Any) -> bool:
+    obj = _unwrap(obj)
+    return isinstance(obj, (Image.Image, np.ndarray)) or _is_tensor(obj)
+
+
+def flatten_images(images: Any) -> list[Any]:
+    """One flat list of single images from an image, a list, a list of lists or a 4-D batch."""
+    images = _unwrap(images)
+    if is_image_like(images):
+        ndim = None if isinstance(images, Image.Image) else len(images.shape)
+        if ndim == 4:
+            return [images[i] for i in range(images.shape[0])]
+        return [images]
+    if isinstance(images, (str, bytes)) or not isinstance(images, Sequence):
+        raise QwenInputError(_type_message(images))
+    flat: list[Any] = []
+    for item in images:
+        flat.extend(flatten_images(item))
+    return flat
+
+
+def _type_message(obj: Any) -> str:
+    return (
+        f"unsupported image type {type(obj).__name__}: expected PIL.Image.Image, a uint8 numpy "
+        "array or torch tensor (HWC or CHW, 3 channels), or a list of them"
+    )
+
+
+def _array_to_hwc(array: np.ndarray, input_data_format: str | None) -> np.ndarray:
+    if array.dtype != np.uint8:
+        raise QwenInputError(
+            f"pixel arrays must be uint8, got dtype {array.dtype}; convert floats to uint8 "
+            "yourself (there is no single right rescaling)"
+        )
+    if array.ndim != 3:
+        raise QwenInputError(
+            f"pixel arrays must be 3-D (HWC or CHW with 3 channels), got shape {array.shape}; "
+            "convert grayscale to RGB first"
+        )
+    layout = input_data_format
+    if layout is None:
+        if array.shape[0] in (1, 3):
+            layout = CHANNELS_FIRST
+        elif array.shape[2] in (1, 3):
+            layout = CHANNELS_LAST
+        else:
+            raise QwenInputError(
+                f"cannot tell the channel axis of an array of shape {array.shape} "
+                "(transformers' rule: first or last axis of size 1 or 3)"
+            )
+    if layout in (CHANNELS_FIRST, "first"):
+        array = array.transpose(1, 2, 0)
+    elif layout not in (CHANNELS_LAST, "last"):
+        raise QwenInputError(f"unsupported input_data_format {input_data_format!r}")
+    if array.shape[2] != 3:
+        raise QwenInputError(
+            f"pixel arrays must have 3 channels, got shape {array.shape} (channels last); "
+            "convert to RGB first"
+        )
+    check_pixel_count(int(array.shape[1]), int(array.shape[0]))
+    return array
+
+
+def to_rgb(
+    obj: Any, *, do_convert_rgb: bool = True, input_data_format: str | None = None
+) -> Image.Image | np.ndarray:
+    """An RGB ``PIL.Image`` (for PIL inputs) or an HWC uint8 array view (arrays, tensors)."""
+    obj = _unwrap(obj)
+    if isinstance(obj, Image.Image):
+        check_pixel_count(*obj.size)
+        try:
+            obj.load()  # lazily opened files fail here, not later inside a resize thread
+        except Image.DecompressionBombError as exc:
+            raise QwenImageTooLargeError(str(exc)) from exc
+        except (OSError, SyntaxError, ValueError) as exc:
+            raise QwenInputError(f"cannot decode image: {exc}") from exc
+        if obj.mode == "RGB":
+            return obj
+        if not do_convert_rgb:
+            raise QwenInputError(
+                f"image mode {obj.mode!r} with do_convert_rgb=False: only RGB is supported"
+            )
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                return obj.convert("RGB")
+        except Image.DecompressionBombError as exc:
+            raise QwenImageTooLargeError(str(exc)) from exc
+        except (OSError, ValueError) as exc:
+            message = f"cannot convert image of mode {obj.mode!r} to RGB: {exc}"
+            raise QwenInputError(message) from exc
+    if isinstance(obj, np.ndarray):
+        return _array_to_hwc(obj, input_data_format)
+    if _is_tensor(obj):
+        if obj.is_floating_point() or obj.is_complex():
+            raise QwenInputError(
+                f"pixel tensors must be uint8, got dtype {obj.dtype}; convert floats to uint8 "
+                "yourself"
+            )
+        return _array_to_hwc(obj.detach().cpu().numpy(), input_data_format)
+    raise QwenInputError(_type_message(obj))
+
+
+def image_size(image: Image.Image | np.ndarray) -> tuple[int, int]:
+    """(height, width) of what ``to_rgb`` returned."""
+    if isinstance(image, Image.Image):
+        return image.size[1], image.size[0]
+    return int(image.shape[0]), int(image.shape[1])

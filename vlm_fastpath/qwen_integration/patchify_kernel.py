@@ -1,0 +1,163 @@
+"""LUT-normalize + temporal tiling + merge-order patchify of one resized uint8 frame.
+
+Output row ``i`` is one patch, in the order the Qwen-VL vision tower merges them
+(block row, block column, row in block, column in block); each row holds
+``[channel, temporal copy, py, px]``, the image frame repeated ``temporal_patch_size`` times.
+Each (parallel) iteration writes one whole row, so writes are contiguous.
+
+Concurrency and fork safety follow the Kimi kernel (``kimi_integration.patchify_kernel``) and
+share its process-wide launch lock: numba's ``workqueue`` layer aborts when two threads enter
+*any* parallel kernel at once, so the Qwen and Kimi kernels must not launch concurrently either.
+A forked child of a process that launched a fork-unsafe layer (GNU OpenMP) runs the serial
+build instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from vlm_fastpath.kimi_integration import patchify_kernel as _kimi_kernel
+
+logger = logging.getLogger(__name__)
+
+_FORK_UNSAFE_LAYERS = frozenset({"omp"})
+
+
+def patchify_numpy(
+    frame: np.ndarray, lut: np.ndarray, out: np.ndarray, grid_h: int, grid_w: int, p: int,
+    m: int, t: int,
+) -> None:
+    """Vectorized numpy version with identical output (used when numba is off or missing)."""
+    mapped = np.empty((3, grid_h * p, grid_w * p), dtype=lut.dtype)
+    for c in range(3):
+        np.take(lut[c], frame[:, :, c], out=mapped[c])
+    blocks = mapped.reshape(3, grid_h // m, m, p, grid_w // m, m, p)
+    blocks = blocks.transpose(1, 4, 2, 5, 0, 3, 6)  # (bh, bw, mh, mw, c, py, px)
+    view = out.reshape(grid_h // m, grid_w // m, m, m, 3, t, p, p)
+    view[...] = blocks[:, :, :, :, :, None, :, :]
+
+
+class _Kernels:
+    """Lazily imported numba kernels plus this module's record of its parallel launches."""
+
+    def __init__(self) -> None:
+        self.load_lock = threading.Lock()
+        self.loaded = False
+        self.parallel: Callable[..., None] | None = None
+        self.serial: Callable[..., None] | None = None
+        self.launch_pid: int | None = None
+        self.launch_layer: str | None = None
+        self.numba_error: str | None = None
+
+    def load(self) -> None:
+        if self.loaded:
+            return
+        with self.load_lock:
+            if not self.loaded:
+                self._import()
+                self.loaded = True
+
+    def _import(self) -> None:
+        if os.environ.get("VLM_FASTPATH_NUMBA", "1") == "0":
+            self.numba_error = "disabled by VLM_FASTPATH_NUMBA=0"
+            logger.info("vlm_fastpath: numba %s; using the numpy Qwen patchify", self.numba_error)
+            return
+        try:
+            from . import _numba_patchify as compiled
+        except ImportError as exc:
+            self.numba_error = f"numba not importable ({exc})"
+            logger.warning(
+                "vlm_fastpath: %s; using the slower numpy Qwen patchify (same output)",
+                self.numba_error,
+            )
+            return
+        self.parallel = compiled.patchify_parallel
+        self.serial = compiled.patchify_serial
+
+
+_KERNELS = _Kernels()
+
+
+def numba_available() -> bool:
+    """True when the compiled kernel will be used."""
+    _KERNELS.load()
+    return _KERNELS.parallel is not None
+
+
+def backend_info() -> dict[str, Any]:
+    """What the kernel runs on, for ``doctor`` and the benchmark."""
+    _KERNELS.load()
+    info: dict[str, Any] = {"numba": _KERNELS.parallel is not None}
+    if _KERNELS.numba_error:
+        info["reason"] = _KERNELS.numba_error
+    if _KERNELS.launch_layer:
+        info["threading_layer"] = _KERNELS.launch_layer
+    return info
+
+
+def _launched_unsafe_in_parent() -> bool:
+    """True in a forked child whose parent (this module or the Kimi kernel) launched a
+    fork-unsafe threading layer: a parallel launch here would abort."""
+    pid = os.getpid()
+    records = (
+        (_KERNELS.launch_pid, _KERNELS.launch_layer),
+        (_kimi_kernel._KERNELS.launch_pid, _kimi_kernel._KERNELS.launch_layer),
+    )
+    return any(
+        launch_pid is not None and launch_pid != pid and layer in _FORK_UNSAFE_LAYERS
+        for launch_pid, layer in records
+    )
+
+
+def patchify_frame(
+    frame: np.ndarray,
+    lut: np.ndarray,
+    out: np.ndarray,
+    grid_h: int,
+    grid_w: int,
+    patch_size: int,
+    merge_size: int,
+    temporal_patch_size: int,
+    *,
+    parallel: bool = True,
+) -> None:
+    """Write the ``grid_h * grid_w`` patches of ``frame`` (uint8 HWC) into ``out``.
+
+    ``out`` is ``[grid_h * grid_w, 3 * temporal_patch_size * patch_size**2]`` of ``lut``'s
+    dtype; ``frame`` is exactly ``grid_h * patch_size`` by ``grid_w * patch_size``.
+    ``parallel=False`` runs on the calling thread without the lock: safe from many threads.
+    """
+    p, m, t = patch_size, merge_size, temporal_patch_size
+    if frame.shape[0] != grid_h * p or frame.shape[1] != grid_w * p or frame.shape[2] != 3:
+        raise ValueError(f"frame of shape {frame.shape} does not match grid {grid_h}x{grid_w}")
+    if grid_h % m or grid_w % m:
+        raise ValueError(f"grid {grid_h}x{grid_w} is not a multiple of merge_size {m}")
+    if out.shape != (grid_h * grid_w, 3 * t * p * p):
+        raise ValueError(f"out has shape {out.shape}, expected {(grid_h * grid_w, 3 * t * p * p)}")
+    _KERNELS.load()
+    if _KERNELS.parallel is None:
+        patchify_numpy(frame, lut, out, grid_h, grid_w, p, m, t)
+        return
+    if not parallel:
+        assert _KERNELS.serial is not None
+        _KERNELS.serial(frame, lut, out, grid_w, p, m, t)
+        return
+    with _kimi_kernel._KERNELS.lock:  # the process-wide numba launch lock (shared with Kimi)
+        if _launched_unsafe_in_parent():
+            assert _KERNELS.serial is not None
+            _KERNELS.serial(frame, lut, out, grid_w, p, m, t)
+            return
+        if _KERNELS.launch_pid is None and _kimi_kernel._KERNELS.launch_pid is None:
+            _kimi_kernel._choose_layer()
+        _KERNELS.parallel(frame, lut, out, grid_w, p, m, t)
+        if _KERNELS.launch_pid is None:
+            import numba
+
+            _KERNELS.launch_pid = os.getpid()
+            _KERNELS.launch_layer = numba.threading_layer()

@@ -1,0 +1,382 @@
+"""``FastQwen2VLImageProcessor``: a drop-in, bit-exact, multi-core Qwen2/2.5/3-VL image processor.
+
+Exact to the transformers processor it replaces (``torch.equal`` on ``pixel_values`` and
+``image_grid_thw``): the resize is that processor's own (torch's uint8 antialiased bicubic for
+the torchvision processor, Pillow's bicubic for the PIL one), and one patch kernel maps bytes
+through a table built from that processor's float operations, tiles each frame
+``temporal_patch_size`` times and writes the patches in merge order into one preallocated
+output. Resizes of a batch run on a thread pool and overlap the kernel.
+
+Images only: videos go through transformers' separate video processor in both engines.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from concurrent.futures import Future, as_completed
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vlm_fastpath.kimi_integration.resize_pool import get_pool, pool_size
+
+from .config import PIL, TORCHVISION, QwenImageConfig
+from .errors import QwenConfigError, QwenInputError
+from .image_input import flatten_images, image_size, to_rgb
+from .normalize_lut import build_lut
+from .patchify_kernel import patchify_frame
+from .resize import PillowResizer, Resizer, TorchResizer
+from .smart_resize import smart_resize
+
+# Per-call keys that change nothing in our output (or are transformers plumbing).
+_IGNORED_KWARGS = frozenset(
+    {"data_format", "disable_grouping", "default_to_square", "image_seq_length", "do_pad",
+     "pad_size", "do_center_crop", "crop_size", "input_data_format_is_set"}
+)
+
+
+@functools.cache
+def _batch_feature_cls() -> Any:
+    """transformers' ``BatchFeature`` (what engines expect) or None when not installed."""
+    try:
+        from transformers import BatchFeature
+    except ImportError:
+        return None
+    return BatchFeature
+
+
+@dataclass(frozen=True)
+class _Plan:
+    height: int
+    width: int
+    grid_h: int
+    grid_w: int
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid_h * self.grid_w
+
+
+class FastQwen2VLImageProcessor:
+    """Qwen2-VL-family image processor with transformers' interface and exact output."""
+
+    model_input_names = ["pixel_values", "image_grid_thw"]
+
+    def __init__(
+        self,
+        config: QwenImageConfig | Mapping[str, Any] | None = None,
+        *,
+        mode: str | None = None,
+        resizer: Resizer | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if config is None:
+            config = QwenImageConfig.from_dict(kwargs, mode=mode)
+        elif not isinstance(config, QwenImageConfig):
+            config = QwenImageConfig.from_dict({**config, **kwargs}, mode=mode)
+        else:
+            if mode is not None and mode != config.mode:
+                config = replace(config, mode=mode)
+            if kwargs:
+                config = config.with_overrides(kwargs)
+        self.config = config
+        self._resizer = resizer if resizer is not None else _default_resizer(config.mode)
+        self._luts: dict[tuple[Any, ...], np.ndarray] = {}
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(
+        cls, path: str | os.PathLike[str], *, mode: str | None = None, **kwargs: Any
+    ) -> FastQwen2VLImageProcessor:
+        """From a checkpoint folder (its preprocessor_config.json) or that file's path."""
+        config = QwenImageConfig.from_pretrained(path, mode=mode)
+        return cls(config.with_overrides(kwargs) if kwargs else config)
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any], **kwargs: Any) -> FastQwen2VLImageProcessor:
+        return cls(dict(config), **kwargs)
+
+    @classmethod
+    def from_hf(cls, hf_processor: Any) -> FastQwen2VLImageProcessor:
+        """Mirror a transformers Qwen2-VL image processor's settings (and its arithmetic:
+        torchvision or PIL). Raises ``QwenConfigError`` for settings not reproduced exactly;
+        run ``check_compatible`` to prove the result equal before swapping it in."""
+        from .compat import config_from_hf
+
+        return cls(config_from_hf(hf_processor))
+
+    # -- transformers-like attributes ------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self.config.mode
+
+    @property
+    def backend(self) -> str:
+        return self.config.mode
+
+    @property
+    def size(self) -> dict[str, int]:
+        return self.config.size
+
+    @property
+    def min_pixels(self) -> int:
+        return self.config.min_pixels
+
+    @property
+    def max_pixels(self) -> int:
+        return self.config.max_pixels
+
+    @property
+    def patch_size(self) -> int:
+        return self.config.patch_size
+
+    @property
+    def temporal_patch_size(self) -> int:
+        return self.config.temporal_patch_size
+
+    @property
+    def merge_size(self) -> int:
+        return self.config.merge_size
+
+    @property
+    def image_mean(self) -> tuple[float, float, float]:
+        return self.config.image_mean
+
+    @property
+    def image_std(self) -> tuple[float, float, float]:
+        return self.config.image_std
+
+    @property
+    def rescale_factor(self) -> float:
+        return self.config.rescale_factor
+
+    @property
+    def do_rescale(self) -> bool:
+        return self.config.do_rescale
+
+    @property
+    def do_normalize(self) -> bool:
+        return self.config.do_normalize
+
+    @property
+    def do_resize(self) -> bool:
+        return self.config.do_resize
+
+    @property
+    def do_convert_rgb(self) -> bool:
+        return self.config.do_convert_rgb
+
+    @property
+    def resample(self) -> int:
+        return self.config.resample
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.config.to_dict()
+
+    def __repr__(self) -> str:
+        return f"FastQwen2VLImageProcessor({self.config.to_dict()}, resizer={self._resizer.name})"
+
+    # -- sizes -----------------------------------------------------------------------------
+    def get_number_of_image_patches(
+        self, height: int, width: int, images_kwargs: Mapping[str, Any] | None = None
+    ) -> int:
+        """Patches (before merging) of an image of this size; vLLM calls it for placeholders."""
+        config = self.config.with_overrides(images_kwargs or {})
+        new_h, new_w = smart_resize(
+            height, width, config.factor, config.min_pixels, config.max_pixels
+        )
+        return (new_h // config.patch_size) * (new_w // config.patch_size)
+
+    def _plan(self, config: QwenImageConfig, height: int, width: int) -> _Plan:
+        if config.do_resize:
+            new_h, new_w = smart_resize(
+                height, width, config.factor, config.min_pixels, config.max_pixels
+            )
+        else:
+            if height % config.factor or width % config.factor:
+                raise QwenInputError(
+                    f"with do_resize=False the image ({width}x{height}) must be a multiple of "
+                    f"patch_size * merge_size = {config.factor} on both sides"
+                )
+            new_h, new_w = height, width
+        return _Plan(new_h, new_w, new_h // config.patch_size, new_w // config.patch_size)
+
+    # -- pixels ----------------------------------------------------------------------------
+    def _lut(self, config: QwenImageConfig) -> np.ndarray:
+        key = (config.mode, config.do_rescale, config.rescale_factor, config.do_normalize,
+               config.image_mean, config.image_std)
+        lut = self._luts.get(key)
+        if lut is None:
+            lut = build_lut(
+                config.mode,
+                do_rescale=config.do_rescale,
+                rescale_factor=config.rescale_factor,
+                do_normalize=config.do_normalize,
+                image_mean=config.image_mean,
+                image_std=config.image_std,
+            )
+            self._luts[key] = lut
+        return lut
+
+    def preprocess(
+        self,
+        images: Any = None,
+        videos: Any = None,
+        return_tensors: Any = None,
+        **kwargs: Any,
+    ) -> Mapping[str, Any]:
+        """Resize, normalize and patchify every image into one batch.
+
+        Returns ``pixel_values`` ``[patches, 3 * temporal_patch_size * patch_size**2]``
+        (float32; uint8 in torchvision mode with rescale and normalize both off) and
+        ``image_grid_thw`` int64 ``[images, 3]``, as a ``BatchFeature`` when transformers is
+        importable. Per-call kwargs override the settings as in transformers (``size``, then
+        ``min_pixels``/``max_pixels``; ``do_rescale``, ``do_normalize``, ``image_mean``...).
+        """
+        if videos is not None:
+            raise QwenInputError(
+                "videos are not handled by the image processor; route them to the video processor"
+            )
+        if images is None:
+            raise QwenInputError("no images given")
+        device = kwargs.pop("device", None)
+        if device is not None and str(device) != "cpu":
+            raise QwenConfigError(f"only device='cpu' is reproduced exactly, got {device!r}")
+        input_data_format = kwargs.pop("input_data_format", None)
+        if input_data_format is not None:
+            input_data_format = getattr(input_data_format, "value", input_data_format)
+        return_tensors = kwargs.pop("return_tensors", return_tensors)
+        _check_return_tensors(return_tensors)
+        for key in _IGNORED_KWARGS:
+            kwargs.pop(key, None)
+        config = self.config.with_overrides(kwargs) if kwargs else self.config
+        flat = flatten_images(images)
+        if not flat:
+            raise QwenInputError("no images given")
+        rgb = [
+            to_rgb(img, do_convert_rgb=config.do_convert_rgb, input_data_format=input_data_format)
+            for img in flat
+        ]
+        plans = [self._plan(config, *image_size(img)) for img in rgb]
+        lut = self._lut(config)
+        p, t = config.patch_size, config.temporal_patch_size
+        total = sum(plan.num_patches for plan in plans)
+        # numpy, not torch.empty: numpy asks for transparent huge pages on large buffers,
+        # which makes first-touch page faults on the output several times cheaper.
+        out = np.empty((total, 3 * t * p * p), dtype=lut.dtype)
+        self._fill(rgb, plans, out, lut, config)
+        grid = torch.tensor([[1, plan.grid_h, plan.grid_w] for plan in plans], dtype=torch.int64)
+        return _batch(torch.from_numpy(out), grid.reshape(len(plans), 3), return_tensors,
+                      config.mode)
+
+    __call__ = preprocess
+
+    def _fill(
+        self,
+        images: list[Image.Image | np.ndarray],
+        plans: list[_Plan],
+        out: np.ndarray,
+        lut: np.ndarray,
+        config: QwenImageConfig,
+    ) -> None:
+        jobs: list[tuple[Image.Image | np.ndarray, _Plan, np.ndarray]] = []
+        offset = 0
+        for image, plan in zip(images, plans, strict=True):
+            jobs.append((image, plan, out[offset : offset + plan.num_patches]))
+            offset += plan.num_patches
+        workers = pool_size()
+        if len(jobs) == 1:
+            image, plan, dest = jobs[0]
+            frame = self._resizer(image, plan.height, plan.width)
+            _patchify(frame, plan, dest, lut, config)
+            return
+        pool = get_pool()
+        if len(jobs) >= workers:
+            # Enough images to fill every core: each worker resizes and patchifies its own
+            # images with the serial GIL-free kernel into disjoint slices of ``out``.
+            futures = [pool.submit(self._resize_and_patchify, *job, lut, config) for job in jobs]
+            _wait_all(futures)
+            return
+        pending: dict[Future[np.ndarray], tuple[_Plan, np.ndarray]] = {
+            pool.submit(self._resizer, image, plan.height, plan.width): (plan, dest)
+            for image, plan, dest in jobs
+        }
+        try:
+            for future in as_completed(list(pending)):
+                plan, dest = pending.pop(future)
+                _patchify(future.result(), plan, dest, lut, config)
+        finally:
+            for future in pending:
+                future.cancel()
+
+    def _resize_and_patchify(
+        self,
+        image: Image.Image | np.ndarray,
+        plan: _Plan,
+        dest: np.ndarray,
+        lut: np.ndarray,
+        config: QwenImageConfig,
+    ) -> None:
+        frame = self._resizer(image, plan.height, plan.width)
+        _patchify(frame, plan, dest, lut, config, parallel=False)
+
+
+def _default_resizer(mode: str) -> Resizer:
+    if mode == TORCHVISION:
+        return TorchResizer()
+    if mode == PIL:
+        return PillowResizer()
+    raise QwenConfigError(f"unknown mode {mode!r}")
+
+
+def _patchify(
+    frame: np.ndarray | Image.Image,
+    plan: _Plan,
+    dest: np.ndarray,
+    lut: np.ndarray,
+    config: QwenImageConfig,
+    parallel: bool = True,
+) -> None:
+    array = np.asarray(frame)
+    patchify_frame(
+        array, lut, dest, plan.grid_h, plan.grid_w, config.patch_size, config.merge_size,
+        config.temporal_patch_size, parallel=parallel,
+    )
+
+
+def _wait_all(futures: list[Future[None]]) -> None:
+    try:
+        for future in futures:
+            future.result()
+    finally:
+        for future in futures:
+            future.cancel()
+
+
+def _check_return_tensors(return_tensors: Any) -> None:
+    kind = getattr(return_tensors, "value", return_tensors)
+    if kind not in (None, "pt", "np", "numpy"):
+        raise QwenConfigError(f"return_tensors={return_tensors!r} is not supported (use 'pt'/'np')")
+
+
+def _batch(
+    pixel_values: torch.Tensor, grid: torch.Tensor, return_tensors: Any, mode: str
+) -> Mapping[str, Any]:
+    kind = getattr(return_tensors, "value", return_tensors)
+    # transformers' PIL processor keeps numpy arrays unless asked for tensors; the
+    # torchvision one keeps torch tensors unless asked for numpy.
+    as_numpy = kind in ("np", "numpy") or (kind is None and mode == PIL)
+    if as_numpy:
+        data: dict[str, Any] = {
+            "pixel_values": pixel_values.numpy(),
+            "image_grid_thw": grid.numpy(),
+        }
+    else:
+        data = {"pixel_values": pixel_values, "image_grid_thw": grid}
+    cls = _batch_feature_cls()
+    return data if cls is None else cls(data=data, tensor_type=None)
