@@ -4,11 +4,18 @@ Contenders (each timed on the same fresh images, rounds interleaved, median afte
 - reference: the checkpoint's plain arithmetic (tests/kimi_integration/reference_kimi.py);
 - vllm-fused: vLLM's KimiK25FusedVisionProcessor, when vLLM is importable here;
 - vlm-fastpath: our FusedKimiProcessor;
-- floor: Pillow resize of the same batch on all cores + one write of an output-sized tensor,
-  the least any bit-exact processor must do.
+- pillow-1thr / pillow-all: Pillow's bicubic resize alone (no pad/normalize/patchify), on one
+  thread and on all cores: what a processor that calls Pillow cannot beat;
+- floor: Pillow resize of the same batch on all cores + one write of an output-sized tensor.
 Every contender's output is checked against the reference before timing (bit-exact).
+Workloads with ``threads > 1`` are timed as that many Python threads calling at once.
 
-Run: ``make bench`` or ``python -m benchmarks.preprocess [--quick] [--repeats N]``.
+Then, in fresh subprocesses (``--first-calls``): the median of the first 16 calls of a
+process on 1x2048x2048 and the first call's cost (numba import + kernel cache load or
+compile), with numba's cache warm and cold (an empty ``NUMBA_CACHE_DIR``).
+
+Run: ``make bench`` or ``python -m benchmarks.preprocess [--quick] [--repeats N]``; it runs
+without vLLM too (no vllm-fused row then).
 """
 
 from __future__ import annotations
@@ -19,7 +26,10 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -35,7 +45,8 @@ from benchmarks.workloads import Workload, default_workloads
 from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
 from vlm_fastpath.kimi_integration import FusedKimiProcessor
 from vlm_fastpath.kimi_integration.patchify_kernel import backend_info
-from vlm_fastpath.kimi_integration.resize_pool import available_cpus
+from vlm_fastpath.kimi_integration.resample import resampler_info
+from vlm_fastpath.kimi_integration.resize_pool import available_cpus, default_workers
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -95,14 +106,48 @@ def _floor() -> Callable[[list[dict]], torch.Tensor]:
     return run
 
 
+def _pillow_alone(workers: int) -> Callable[[list[dict]], torch.Tensor]:
+    """Pillow's resize of every image and nothing else, on ``workers`` threads."""
+    processor = FusedKimiProcessor(KIMI_K25_CFG)
+    pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
+
+    def resize(media: dict) -> Image.Image:
+        plan = processor.plan(media)
+        return media["image"].resize((plan.new_width, plan.new_height), Image.Resampling.BICUBIC)
+
+    def run(medias: list[dict]) -> torch.Tensor:
+        if pool is None:
+            for media in medias:
+                resize(media)
+        else:
+            list(pool.map(resize, medias))
+        return torch.empty(0)
+
+    return run
+
+
+NOT_CHECKED = frozenset({"floor", "pillow-1thr", "pillow-all"})  # no pixel_values to compare
+# vLLM's fused processor launches numba parallel=True kernels on the workqueue layer, which
+# aborts the whole process when two Python threads enter it at once: no concurrent rows.
+NOT_THREAD_SAFE = frozenset({"vllm-fused"})
+
+
 def contenders() -> dict[str, Callable[[list[dict]], torch.Tensor]]:
     found: dict[str, Callable[[list[dict]], torch.Tensor]] = {"reference": _reference}
     vllm_fn = _vllm_fused()
     if vllm_fn is not None:
         found["vllm-fused"] = vllm_fn
     found["vlm-fastpath"] = _ours()
+    found["pillow-1thr"] = _pillow_alone(1)
+    found["pillow-all"] = _pillow_alone(available_cpus())
     found["floor"] = _floor()
     return found
+
+
+def _concurrent(fn: Callable[[list[dict]], torch.Tensor], batches: list[list[dict]],
+                callers: ThreadPoolExecutor) -> list[torch.Tensor]:
+    """Each batch from its own Python thread, all at once (a server's request threads)."""
+    return list(callers.map(fn, batches))
 
 
 def _progress(total: int, desc: str) -> Any:
@@ -118,14 +163,27 @@ def bench_workload(
     workload: Workload, fns: dict[str, Callable[[list[dict]], torch.Tensor]], repeats: int
 ) -> list[Row]:
     medias = workload.medias
-    expected = _reference(medias)
-    output_mb = expected.numel() * expected.element_size() / 2**20
+    batches = workload.per_thread
+    callers = ThreadPoolExecutor(max_workers=workload.threads) if workload.threads > 1 else None
+    if callers is not None:
+        fns = {
+            name: (lambda _m, fn=fn: _concurrent(fn, batches, callers))
+            for name, fn in fns.items()
+            if name not in NOT_THREAD_SAFE
+        }
+        expected_parts = [_reference(batch) for batch in batches]
+    else:
+        expected_parts = [_reference(medias)]
+    output_mb = sum(e.numel() * e.element_size() for e in expected_parts) / 2**20
     exact: dict[str, bool | None] = {}
     for name, fn in fns.items():  # warm-up (numba compile, pools) + correctness check
         got = fn(medias)
-        exact[name] = None if name == "floor" else bool(torch.equal(got, expected))
-        del got
-    del expected
+        got_parts = got if callers is not None else [got]
+        exact[name] = None if name in NOT_CHECKED else all(
+            torch.equal(g, e) for g, e in zip(got_parts, expected_parts, strict=True)
+        )
+        del got, got_parts
+    del expected_parts
     times: dict[str, list[float]] = {name: [] for name in fns}
     peaks: dict[str, int] = {name: 0 for name in fns}
     bar = _progress(repeats * len(fns), workload.name)
@@ -144,6 +202,8 @@ def bench_workload(
                 bar.update(1)
     if bar is not None:
         bar.close()
+    if callers is not None:
+        callers.shutdown()
     rows = []
     for name in fns:
         median = statistics.median(times[name])
@@ -165,7 +225,8 @@ def bench_workload(
 def format_table(rows: list[Row]) -> str:
     header = (
         f"{'workload':<14} {'contender':<13} {'median ms':>10} {'img/s':>7} {'vs ref':>7} "
-        f"{'vs vLLM':>8} {'/ floor':>8} {'peak MB':>8} {'x out':>6} {'exact':>6}"
+        f"{'vs vLLM':>8} {'/ floor':>8} {'/ PIL-all':>9} {'peak MB':>8} {'x out':>6} "
+        f"{'exact':>6}"
     )
     lines = [header, "-" * len(header)]
     by_workload: dict[str, dict[str, Row]] = {}
@@ -175,13 +236,15 @@ def format_table(rows: list[Row]) -> str:
         ref = group["reference"].median_ms
         vllm = group.get("vllm-fused")
         floor = group["floor"].median_ms
+        pil_all = group["pillow-all"].median_ms
         for row in group.values():
             vs_vllm = f"{vllm.median_ms / row.median_ms:7.2f}x" if vllm else f"{'-':>8}"
             exact = "-" if row.bit_exact is None else ("yes" if row.bit_exact else "NO")
             lines.append(
                 f"{workload:<14} {row.contender:<13} {row.median_ms:10.1f} "
                 f"{row.images_per_s:7.2f} {ref / row.median_ms:6.2f}x {vs_vllm} "
-                f"{row.median_ms / floor:7.2f}x {row.peak_extra_mb:8.0f} "
+                f"{row.median_ms / floor:7.2f}x {row.median_ms / pil_all:8.2f}x "
+                f"{row.peak_extra_mb:8.0f} "
                 f"{row.peak_extra_mb / row.output_mb:6.2f} {exact:>6}"
             )
     return "\n".join(lines)
@@ -226,6 +289,8 @@ def environment() -> dict[str, Any]:
         "pillow": Image.__version__,
         "numpy": np.__version__,
         "kernel": backend_info(),
+        "resampler": resampler_info(),
+        "threads": default_workers(),
     }
     try:
         import vllm
@@ -236,24 +301,86 @@ def environment() -> dict[str, Any]:
     return info
 
 
+def first_calls(calls: int = 16) -> dict[str, float]:
+    """In this (fresh) process: kernel load time, then ``calls`` calls on 1x2048x2048."""
+    from benchmarks.workloads import random_images
+    from vlm_fastpath.kimi_integration import resample
+
+    images = random_images(calls, 2048, 2048, seed=99)  # a new image per call, like a server
+    processor = FusedKimiProcessor(KIMI_K25_CFG)
+    t0 = time.perf_counter()
+    resample.kernel_enabled()  # imports numba and the kernel module
+    load_ms = (time.perf_counter() - t0) * 1000
+    times = []
+    for image in images:
+        t0 = time.perf_counter()
+        processor.preprocess([{"type": "image", "image": image}])
+        times.append((time.perf_counter() - t0) * 1000)
+    return {
+        "numba_import_ms": round(load_ms, 1),
+        "first_call_ms": round(times[0], 1),
+        f"median_first_{calls}_ms": round(statistics.median(times), 1),
+        f"median_calls_2_to_{calls}_ms": round(statistics.median(times[1:]), 1),
+        "calls_ms": [round(t, 1) for t in times],
+    }
+
+
+def fresh_process_first_calls() -> dict[str, dict[str, float]]:
+    """``first_calls`` in fresh subprocesses, numba's cache warm (as installed) and cold."""
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="numba-cold-") as cold:
+        for label, extra in (("cache-warm", {}), ("cache-cold", {"NUMBA_CACHE_DIR": cold})):
+            env = dict(os.environ, **extra)
+            proc = subprocess.run(
+                [sys.executable, "-m", "benchmarks.preprocess", "--first-calls"],
+                env=env, capture_output=True, text=True, timeout=900,
+                cwd=str(Path(__file__).resolve().parents[1]),
+            )
+            if proc.returncode != 0:
+                results[label] = {"error": proc.stderr.strip()[-500:]}
+                continue
+            results[label] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=8, help="timed rounds per contender")
     parser.add_argument("--quick", action="store_true", help="one small workload (smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for PNG/JSON results")
+    parser.add_argument("--first-calls", action="store_true",
+                        help="internal: time the first 16 calls of this process, print JSON")
+    parser.add_argument("--no-fresh", action="store_true", help="skip the fresh-process runs")
+    parser.add_argument("--workloads", default="", help="comma-separated workload names")
     args = parser.parse_args(argv)
+    if args.first_calls:
+        print(json.dumps(first_calls()))
+        return 0
+    fresh = None if args.no_fresh or args.quick else fresh_process_first_calls()
     fns = contenders()
     env = environment()
     print("environment:", json.dumps(env))
     rows: list[Row] = []
+    wanted = {name for name in args.workloads.split(",") if name}
     for workload in default_workloads(quick=args.quick):
-        rows.extend(bench_workload(workload, fns, args.repeats))
+        if not wanted or workload.name in wanted:
+            rows.extend(bench_workload(workload, fns, args.repeats))
+            print(format_table([r for r in rows if r.workload == workload.name]), flush=True)
+    print("all workloads:")
     print(format_table(rows))
+    if fresh is not None:
+        print("fresh process, 1x2048x2048 (ms):")
+        for label, figures in fresh.items():
+            shown = {k: v for k, v in figures.items() if k != "calls_ms"}
+            print(f"  {label}: {json.dumps(shown)}")
     tag = "quick" if args.quick else "preprocess"
     suffix = f"-vllm{env['vllm']}" if "vllm" in env else ""
     png = plot(rows, args.out / f"{tag}{suffix}.png")
     (args.out / f"{tag}{suffix}.json").write_text(
-        json.dumps({"environment": env, "rows": [asdict(r) for r in rows]}, indent=2)
+        json.dumps(
+            {"environment": env, "rows": [asdict(r) for r in rows], "fresh_process": fresh},
+            indent=2,
+        )
     )
     if png:
         print(f"chart: {os.path.relpath(png)}")

@@ -14,12 +14,22 @@ from PIL import Image
 
 @dataclass(frozen=True)
 class Workload:
+    """``images`` in one call, or split over ``threads`` Python threads calling at once."""
+
     name: str
     images: list[Image.Image]
+    threads: int = 1
 
     @property
     def medias(self) -> list[dict]:
         return [{"type": "image", "image": image} for image in self.images]
+
+    @property
+    def per_thread(self) -> list[list[dict]]:
+        """The batch each concurrent caller passes (one call each)."""
+        medias = self.medias
+        step = max(1, len(medias) // self.threads)
+        return [medias[i : i + step] for i in range(0, len(medias), step)]
 
 
 def random_images(count: int, width: int, height: int, seed: int) -> list[Image.Image]:
@@ -49,7 +59,10 @@ def default_workloads(seed: int = 0, quick: bool = False) -> list[Workload]:
     if quick:
         return [Workload("2x1024x768", random_images(2, 1024, 768, seed))]
     return [
+        Workload("1x2048x2048", random_images(1, 2048, 2048, seed + 2)),
+        Workload("1x4032x3024", random_images(1, 4032, 3024, seed + 3)),
         Workload("8x2048x2048", random_images(8, 2048, 2048, seed)),
         Workload("4x1536x1024", random_images(4, 1536, 1024, seed + 1)),
+        Workload("4thr x 1x2048", random_images(4, 2048, 2048, seed + 4), threads=4),
         Workload("9 photos", photographs()),
     ]

@@ -1,9 +1,11 @@
 """``FusedKimiProcessor``: a drop-in, bit-exact, multi-core Kimi K2.5/K2.6 image processor.
 
-Output equals the checkpoint's processor byte for byte (``torch.equal``): Pillow does the
-bicubic resize (so it is Pillow's arithmetic by construction), and one patch-major kernel pads,
-normalizes by a lookup table built from the checkpoint's exact float ops, and patchifies into a
-preallocated output. Resizes of all images/frames run on a thread pool and overlap the kernel.
+Output equals the checkpoint's processor byte for byte (``torch.equal``). Where the installed
+Pillow release is verified (:mod:`.resample`), one numba kernel does Pillow's bicubic
+arithmetic and writes padded, normalized patches straight into the preallocated output, with
+the bands of every image spread over all cores. Otherwise Pillow does the resize (its
+arithmetic by construction) on a thread pool, and a patch-major kernel pads, normalizes by a
+lookup table built from the checkpoint's exact float ops, and patchifies.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .image_input import image_size, to_rgb_image
 from .navit_resize import ResizePlan, plan_image, plan_video_chunk
 from .normalize_lut import build_normalize_lut, identity_lut
 from .patchify_kernel import patchify_frame
+from .resample import kernel_enabled, resize_patchify
 from .resize_pool import get_pool, pool_size
 
 
@@ -185,6 +188,9 @@ class FusedKimiProcessor:
             for frame in frames:
                 jobs.append((frame, plan, out[offset : offset + plan.patches_per_frame]))
                 offset += plan.patches_per_frame
+        if kernel_enabled() and not _single_unresized(jobs):
+            resize_patchify(jobs, lut)
+            return
         if len(jobs) == 1:
             frame, plan, dest = jobs[0]
             _patchify(_resize_frame(frame, plan.new_width, plan.new_height), plan, dest, lut)
@@ -208,6 +214,15 @@ class FusedKimiProcessor:
         finally:
             for future in pending:
                 future.cancel()
+
+
+def _single_unresized(jobs: list[tuple[Any, ResizePlan, np.ndarray]]) -> bool:
+    """One frame kept at its size: only pad + normalize + patchify, which the parallel
+    patchify kernel does as fast; it keeps that kernel (and its threading layer) in use."""
+    if len(jobs) != 1:
+        return False
+    frame, plan, _ = jobs[0]
+    return image_size(frame) == (plan.new_width, plan.new_height)
 
 
 def _patchify(

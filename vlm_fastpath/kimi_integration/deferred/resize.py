@@ -12,11 +12,10 @@ the same float64 operations in the same order (so they are the same integers), a
 run on the device as integer gathers, which are exact on every device: the result equals
 ``PIL.Image.resize(..., BICUBIC)`` byte for byte.
 
-Pass order depends on the Pillow version: up to 12.x the horizontal pass always runs first;
-Pillow 13.0 runs the vertical pass first when the height shrinks and
-``(H - oh) > 2 * (W - ow)`` (:func:`vertical_first`; "the height shrinks" was measured here:
-a growing height never goes first). The order changes the 8-bit intermediate, hence some
-output bytes.
+The weights and the pass order come from :mod:`..pillow_coeffs` (shared with the fused CPU
+kernel): the order depends on the Pillow version (:func:`vertical_first`: 13.0 runs the
+vertical pass first when the height shrinks by more than twice the width, 12.2-12.3 when the
+image is taller than 100x its width) and changes the 8-bit intermediate, hence some bytes.
 
 :func:`torch_antialias_resize` is the plain ``torch.nn.functional.interpolate`` alternative
 (bicubic, ``antialias=True``, round + clamp): float arithmetic without the 8-bit intermediate,
@@ -27,77 +26,21 @@ resize (:func:`.k3.k3_resize`, which keeps them in float32 for the fill that fol
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
-import PIL
 import torch
 import torch.nn.functional as F
 
-PRECISION_BITS = 32 - 8 - 2
-_SUPPORT = 2.0  # bicubic
-_A = -0.5
+from ..pillow_coeffs import PRECISION_BITS, pillow_coefficients, pillow_version, vertical_first
 
-
-def pillow_version() -> tuple[int, ...]:
-    parts = []
-    for piece in PIL.__version__.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
-def vertical_first(in_w: int, in_h: int, out_w: int, out_h: int,
-                   version: tuple[int, ...] | None = None) -> bool:
-    """True when the installed Pillow runs the vertical pass before the horizontal one."""
-    version = pillow_version() if version is None else version
-    if version < (13, 0):
-        return False
-    # Measured against Pillow 13.0.0 on 395 random size pairs (shrinking and growing): the
-    # vertical pass goes first only when the height shrinks, by more than twice the width.
-    return in_h > out_h and (in_h - out_h) > 2 * (in_w - out_w)
-
-
-def _bicubic(x: np.ndarray) -> np.ndarray:
-    # Same expressions, same evaluation order as Pillow's bicubic_filter (float64).
-    x = np.abs(x)
-    near = ((_A + 2.0) * x - (_A + 3.0)) * x * x + 1
-    far = (((x - 5) * x + 8) * x - 4) * _A
-    return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
-
-
-@functools.lru_cache(maxsize=256)
-def pillow_coefficients(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pillow's ``precompute_coeffs`` + ``normalize_coeffs_8bpc`` for the full box.
-
-    Returns ``(xmin, count, weights)``: int64 ``[out]``, int64 ``[out]`` and the int32
-    fixed-point weights ``[out, ksize]`` (zero beyond ``count``).
-    """
-    if in_size <= 0 or out_size <= 0:
-        raise ValueError(f"sizes must be positive, got {in_size} -> {out_size}")
-    scale = float(np.float32(in_size) - np.float32(0.0)) / out_size
-    filterscale = max(scale, 1.0)
-    support = _SUPPORT * filterscale
-    ksize = int(math.ceil(support)) * 2 + 1
-    center = 0.0 + (np.arange(out_size, dtype=np.float64) + 0.5) * scale
-    ss = 1.0 / filterscale
-    xmin = np.trunc(center - support + 0.5).astype(np.int64)
-    xmin = np.maximum(xmin, 0)
-    xmax = np.trunc(center + support + 0.5).astype(np.int64)
-    xmax = np.minimum(xmax, in_size)
-    count = xmax - xmin
-    taps = np.arange(ksize, dtype=np.int64)
-    valid = taps[None, :] < count[:, None]
-    arg = ((taps[None, :] + xmin[:, None]).astype(np.float64) - center[:, None] + 0.5) * ss
-    weights = np.where(valid, _bicubic(arg), 0.0)
-    total = np.zeros(out_size, dtype=np.float64)
-    for k in range(ksize):  # sequential sum, in Pillow's order
-        total = total + weights[:, k]
-    safe = np.where(total != 0.0, total, 1.0)
-    weights = np.where(total[:, None] != 0.0, weights / safe[:, None], weights)
-    scaled = weights * (1 << PRECISION_BITS)
-    fixed = np.where(weights < 0, np.trunc(-0.5 + scaled), np.trunc(0.5 + scaled))
-    return xmin, count, fixed.astype(np.int32)
+__all__ = [
+    "PRECISION_BITS",
+    "pillow_coefficients",
+    "pillow_resize",
+    "pillow_version",
+    "torch_antialias_resize",
+    "vertical_first",
+]
 
 
 @functools.lru_cache(maxsize=64)
@@ -111,7 +54,7 @@ def _device_coefficients(
     first = int(xmin.min())
     last = int((xmin + count).max())
     index_t = torch.from_numpy(np.ascontiguousarray(index - first)).to(device)
-    weight_t = torch.from_numpy(np.ascontiguousarray(fixed)).to(device)
+    weight_t = torch.from_numpy(np.array(fixed)).to(device)  # a writable copy of the cache
     return index_t, weight_t, first, last
 
 

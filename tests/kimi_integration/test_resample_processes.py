@@ -1,0 +1,184 @@
+"""The fused resampler across processes and thread-count rules.
+
+Forked and spawned children, the numpy/Pillow fallback (``VLM_FASTPATH_NUMBA=0``) giving the
+same bytes, and the default thread count (affinity, cgroup quota, cap, one variable).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from vlm_fastpath.kimi_integration import FusedKimiProcessor, resize_pool
+
+from .helpers import run_script
+from .reference_kimi import ref_preprocess
+from .resample_cases import SMALL, SMALL_CLIP, batches
+
+needs_numba = pytest.mark.skipif(
+    importlib.util.find_spec("numba") is None, reason="numba not installed"
+)
+
+CASES = """
+    from tests.kimi_integration.resample_cases import SMALL, SMALL_CLIP, batches
+"""
+
+FALLBACK_SCRIPT = CASES + """
+    import sys
+    import torch
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
+
+    info = resample.resampler_info()
+    assert info["resampler"] == "pillow" and "VLM_FASTPATH_NUMBA=0" in info["reason"], info
+    results = {}
+    for cfg_name, cfg in (("kimi", SMALL), ("clip", SMALL_CLIP)):
+        proc = FusedKimiProcessor(cfg)
+        for name, medias in batches().items():
+            results[f"{cfg_name}-{name}"] = proc.preprocess(medias)["pixel_values"]
+            out = proc.preprocess(medias, do_rescale=False, do_normalize=False)
+            results[f"{cfg_name}-u8-{name}"] = out["pixel_values"]
+    torch.save(results, "fallback.pt")
+    print("OK", len(results))
+"""
+
+
+@pytest.mark.slow
+@needs_numba
+def test_numba_off_gives_the_same_bytes(tmp_path):
+    run_script(tmp_path, FALLBACK_SCRIPT, VLM_FASTPATH_NUMBA="0")
+    fallback = torch.load(tmp_path / "fallback.pt")
+    from vlm_fastpath.kimi_integration import resample
+
+    assert resample.kernel_enabled()
+    for cfg_name, cfg in (("kimi", SMALL), ("clip", SMALL_CLIP)):
+        proc = FusedKimiProcessor(cfg)
+        for name, medias in batches().items():
+            ours = proc.preprocess(medias)["pixel_values"]
+            assert torch.equal(ours, fallback[f"{cfg_name}-{name}"]), name
+            assert torch.equal(ours, ref_preprocess(medias, cfg)[0]), name
+            ours8 = proc.preprocess(medias, do_rescale=False, do_normalize=False)
+            assert torch.equal(ours8["pixel_values"], fallback[f"{cfg_name}-u8-{name}"]), name
+
+
+FORK_SCRIPT = CASES + """
+    import multiprocessing as mp
+    import os
+    import signal
+    import sys
+    import traceback
+
+    import numpy as np
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
+    from tests.kimi_integration.reference_kimi import ref_preprocess
+
+    PROC = FusedKimiProcessor(SMALL)
+
+
+    def same(a, b):
+        # numpy compare: torch's own OpenMP pool can hang in a forked child (not ours)
+        return a.shape == b.shape and np.array_equal(a.numpy(), b.numpy())
+
+
+    def matches(expected):
+        ok = True
+        for name, medias in batches().items():
+            ok &= same(PROC.preprocess(medias)["pixel_values"], expected[name])
+        return ok
+
+
+    def child_main(expected):
+        signal.alarm(90)  # a hang (dead pool threads, inherited lock) becomes a failure
+        try:
+            assert resample.kernel_enabled()
+            ok = matches(expected)
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(3)
+        os._exit(0 if ok else 2)
+
+
+    if __name__ == "__main__":
+        expected = {name: ref_preprocess(m, SMALL)[0] for name, m in batches().items()}
+        assert resample.kernel_enabled(), resample.resampler_info()
+        assert matches(expected), "parent differs from the oracle"
+        pid = os.fork()
+        if pid == 0:
+            child_main(expected)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, f"os.fork child: {status}"
+        for method in ("fork", "spawn"):
+            child = mp.get_context(method).Process(target=child_main, args=(expected,))
+            child.start()
+            child.join(240)
+            assert child.exitcode == 0, f"{method} child exit code {child.exitcode}"
+        assert matches(expected)
+        print("OK", flush=True)
+"""
+
+
+@pytest.mark.slow
+@needs_numba
+def test_forked_and_spawned_children(tmp_path):
+    proc = run_script(tmp_path, FORK_SCRIPT, timeout=300)
+    assert "OK" in proc.stdout
+
+
+# -- thread counts -----------------------------------------------------------------------------
+def test_cgroup_v2_quota(tmp_path):
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert resize_pool.cgroup_cpu_limit(tmp_path) == 1.5
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert resize_pool.cgroup_cpu_limit(tmp_path) is None
+
+
+def test_cgroup_v1_quota(tmp_path):
+    folder = tmp_path / "cpu"
+    folder.mkdir()
+    (folder / "cpu.cfs_quota_us").write_text("300000\n")
+    (folder / "cpu.cfs_period_us").write_text("100000\n")
+    assert resize_pool.cgroup_cpu_limit(tmp_path) == 3.0
+    (folder / "cpu.cfs_quota_us").write_text("-1\n")
+    assert resize_pool.cgroup_cpu_limit(tmp_path) is None
+
+
+def test_no_cgroup_files(tmp_path):
+    assert resize_pool.cgroup_cpu_limit(tmp_path) is None
+
+
+def test_default_threads_follow_affinity_quota_cap_and_variable(monkeypatch):
+    monkeypatch.delenv(resize_pool.THREADS_ENV, raising=False)
+    monkeypatch.setattr(resize_pool, "_affinity_cpus", lambda: 64)
+    monkeypatch.setattr(resize_pool, "cgroup_cpu_limit", lambda: None)
+    assert resize_pool.default_workers() == resize_pool.MAX_DEFAULT_THREADS
+    monkeypatch.setattr(resize_pool, "cgroup_cpu_limit", lambda: 2.5)
+    assert resize_pool.available_cpus() == 3 and resize_pool.default_workers() == 3
+    monkeypatch.setattr(resize_pool, "_affinity_cpus", lambda: 2)
+    assert resize_pool.default_workers() == 2
+    monkeypatch.setenv(resize_pool.THREADS_ENV, "5")
+    assert resize_pool.default_workers() == 5
+    monkeypatch.setenv(resize_pool.THREADS_ENV, "nonsense")
+    assert resize_pool.default_workers() == 2
+
+
+THREADS_SCRIPT = """
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor
+    from vlm_fastpath.kimi_integration.band_pool import get_band_pool
+    from vlm_fastpath.kimi_integration.resample import resampler_info
+    from tests.kimi_integration.helpers import assert_parity, img, rand_image
+    from tests.kimi_integration.reference_kimi import KIMI_K25_CFG
+
+    cfg = dict(KIMI_K25_CFG, in_patch_limit=300)
+    assert_parity(FusedKimiProcessor(cfg), [img(rand_image(1, 700, 500))], cfg)
+    assert get_band_pool().workers == 1 and resampler_info()["threads"] == 1
+    print("OK")
+"""
+
+
+@needs_numba
+def test_one_thread_by_variable(tmp_path):
+    proc = run_script(tmp_path, THREADS_SCRIPT, VLM_FASTPATH_RESIZE_THREADS="1")
+    assert "OK" in proc.stdout
+

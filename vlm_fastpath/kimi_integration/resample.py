@@ -1,0 +1,271 @@
+"""Pillow-exact resize fused with pad, normalize and patchify, on all cores, GIL-free.
+
+Pillow resizes one image on one core and stores the result; the processor then reads it
+again to pad, normalize and patchify. Here a numba kernel does Pillow's two 8-bit passes
+(the same integer weights, from :mod:`.pillow_coeffs`) band by band and writes each finished
+row straight into its output patches, so the resized image is never stored, only 3 channels
+are computed (Pillow computes RGBX), and the bands of one image run on every worker of
+:mod:`.band_pool` at once.
+
+Exactness depends on the Pillow release (the pass order changed, see
+:mod:`.pillow_coeffs`), so the kernel runs only for releases whose rule a test verified
+(:data:`VERIFIED_PILLOW`, recorded in ``ci/pillow/VERIFIED.md``) on x86-64 (where Pillow's
+C evaluates the filters without fused multiply-adds, like numpy). Otherwise, or without
+numba (``VLM_FASTPATH_NUMBA=0``), the processor resizes with Pillow itself: same bytes,
+slower. :func:`resampler_info` says which one runs and why.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import platform
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import PIL
+
+from .band_pool import TaskGroup, get_band_pool
+from .errors import KimiInputError
+from .image_input import _unwrap, check_pixel_count, to_rgb_image
+from .navit_resize import ResizePlan
+from .normalize_lut import identity_lut
+from .pillow_arrow import rgbx_view
+from .pillow_coeffs import pillow_coefficients, pillow_version, vertical_first
+from .resize_pool import THREADS_ENV, default_workers
+
+logger = logging.getLogger(__name__)
+
+VERIFIED_PILLOW: dict[str, str] = {
+    "13.0.0": "vertical pass first when (H-oh) > 0 and (H-oh) > 2*(W-ow)",
+    "12.3.0": "vertical pass first when H > 100*W and oh < H (Image.resize splits it)",
+    "12.2.0": "vertical pass first when H > 100*W and oh < H (Image.resize splits it)",
+    "12.1.1": "horizontal pass first",
+    "11.3.0": "horizontal pass first",
+}
+"""Pillow releases whose pass-order rule ``tests/kimi_integration/test_resample*`` verify
+against that release's own ``Image.resize`` (in-process or in a subprocess)."""
+
+VERIFIED_MACHINES = frozenset({"x86_64", "AMD64"})
+
+BANDS_PER_WORKER = 3  # enough bands per worker to even out uneven images and busy cores
+
+
+class _Numba:
+    """The lazily imported kernel module (or why it is missing), loaded once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loaded = False
+        self.kernel: Callable[..., None] | None = None
+        self.error: str | None = None
+
+    def load(self) -> Callable[..., None] | None:
+        if not self.loaded:
+            with self.lock:
+                if not self.loaded:
+                    self._import()
+                    self.loaded = True
+        return self.kernel
+
+    def _import(self) -> None:
+        if os.environ.get("VLM_FASTPATH_NUMBA", "1") == "0":
+            self.error = "numba disabled by VLM_FASTPATH_NUMBA=0"
+            return
+        try:
+            from . import _numba_resample
+        except ImportError as exc:
+            self.error = f"numba not importable ({exc})"
+            return
+        self.kernel = _numba_resample.resize_patchify_band
+
+
+_NUMBA = _Numba()
+
+
+def _verdict() -> tuple[bool, str]:
+    """(kernel allowed, why): checked on every call, so a changed Pillow is noticed."""
+    version = PIL.__version__
+    if version not in VERIFIED_PILLOW:
+        return False, (
+            f"Pillow {version} is not in the verified list {sorted(VERIFIED_PILLOW)}; "
+            "resizing with Pillow itself"
+        )
+    machine = platform.machine()
+    if machine not in VERIFIED_MACHINES:
+        return False, f"machine {machine!r} not verified (x86-64 only); resizing with Pillow"
+    if _NUMBA.load() is None:
+        return False, f"{_NUMBA.error}; resizing with Pillow itself"
+    return True, f"Pillow {version} verified: {VERIFIED_PILLOW[version]}"
+
+
+def kernel_enabled() -> bool:
+    """True when the fused numba resampler will run (else: Pillow's resize, same bytes)."""
+    return _verdict()[0]
+
+
+def resampler_info() -> dict[str, Any]:
+    """Which resampler runs and why, for ``doctor`` and the benchmark."""
+    enabled, reason = _verdict()
+    return {
+        "resampler": "numba-fused" if enabled else "pillow",
+        "reason": reason,
+        "pillow": PIL.__version__,
+        "verified_pillow": sorted(VERIFIED_PILLOW),
+        "threads": default_workers(),
+        "threads_env": THREADS_ENV,
+    }
+
+
+# -- coefficients and sources ------------------------------------------------------------------
+_NO_TAPS = (
+    np.zeros(0, np.int32),
+    np.zeros(0, np.int32),
+    np.zeros((0, 1), np.int32),
+)
+for _array in _NO_TAPS:
+    _array.setflags(write=False)
+
+
+@functools.lru_cache(maxsize=256)
+def _axis(in_size: int, out_size: int, filter_name: str) -> tuple[np.ndarray, ...]:
+    """int32 (first tap, tap count, weights) of one axis, read-only; none when unchanged."""
+    if in_size == out_size:
+        return _NO_TAPS
+    xmin, count, weights = pillow_coefficients(in_size, out_size, filter_name)
+    arrays = (xmin.astype(np.int32), count.astype(np.int32), np.ascontiguousarray(weights))
+    for array in arrays:
+        array.setflags(write=False)
+    return arrays
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    # One numba specialization for every caller: always a read-only C-contiguous view.
+    view = np.ascontiguousarray(array).view()
+    view.setflags(write=False)
+    return view
+
+
+def frame_pixels(frame: Any) -> tuple[np.ndarray, int, Any]:
+    """``(pixels, bytes per pixel, keepalive)``: uint8 ``[H, W*cs]`` RGB(X) bytes of any
+    supported input, as ``convert("RGB")`` makes them.
+
+    A uint8 HxWx3 array is used as it is (no PIL round trip); an RGB image is read in place
+    when Pillow can export its memory (RGBX, ``cs`` = 4); everything else is converted with
+    :func:`.image_input.to_rgb_image` and copied.
+    """
+    obj = _unwrap(frame)
+    if isinstance(obj, np.ndarray) and obj.dtype == np.uint8 and obj.ndim == 3:
+        if obj.shape[2] == 3:
+            check_pixel_count(obj.shape[1], obj.shape[0])
+            return _readonly(obj).reshape(obj.shape[0], obj.shape[1] * 3), 3, None
+    image = to_rgb_image(frame)
+    try:
+        view = rgbx_view(image)
+        if view is not None:
+            return view[0], 4, view[1]
+        array = np.asarray(image)
+    except OSError as exc:  # truncated or corrupt encoded data surfaces at load time
+        raise KimiInputError(f"cannot decode image: {exc}") from exc
+    return _readonly(array.reshape(array.shape[0], array.shape[1] * 3)), 3, None
+
+
+# -- the kernel --------------------------------------------------------------------------------
+def _band_args(
+    pixels: np.ndarray, cs: int, out_w: int, out_h: int, filter_name: str
+) -> tuple[Any, ...]:
+    in_h, in_w = pixels.shape[0], pixels.shape[1] // cs
+    xmin, xcnt, xw = _axis(in_w, out_w, filter_name)
+    ymin, ycnt, yw = _axis(in_h, out_h, filter_name)
+    order = vertical_first(in_w, in_h, out_w, out_h, pillow_version())
+    return (pixels, cs, xmin, xcnt, xw, ymin, ycnt, yw, in_w != out_w, in_h != out_h, order)
+
+
+def _run_band(args: tuple[Any, ...], lut: np.ndarray, out: np.ndarray, grid_w: int, p: int,
+              g0: int, g1: int, keepalive: Any = None) -> None:
+    """One band; ``keepalive`` holds whatever keeps ``args[0]``'s memory valid."""
+    kernel = _NUMBA.load()
+    assert kernel is not None
+    kernel(*args, lut, out, grid_w, p, g0, g1)
+
+
+def band_count(grid_h: int, share: float, workers: int) -> int:
+    """Bands for a frame holding ``share`` of a call's rows: ~BANDS_PER_WORKER per worker."""
+    return max(1, min(grid_h, math.ceil(BANDS_PER_WORKER * workers * share)))
+
+
+def submit_frame(
+    group: TaskGroup,
+    frame: Any,
+    plan: ResizePlan,
+    dest: np.ndarray,
+    lut: np.ndarray,
+    bands: int,
+    filter_name: str = "bicubic",
+) -> None:
+    """Decode ``frame`` here, then queue its bands (urgent: they free the source first)."""
+    pixels, cs, keepalive = frame_pixels(frame)
+    args = _band_args(pixels, cs, plan.new_width, plan.new_height, filter_name)
+    lut = _readonly(lut)
+    grid_h, grid_w, p = plan.grid_h, plan.grid_w, plan.patch_size
+    edges = [round(i * grid_h / bands) for i in range(bands + 1)]
+    for g0, g1 in zip(edges[:-1], edges[1:], strict=True):
+        if g1 > g0:
+            group.submit(_run_band, args, lut, dest, grid_w, p, g0, g1, keepalive, urgent=True)
+
+
+def resize_patchify(
+    jobs: list[tuple[Any, ResizePlan, np.ndarray]], lut: np.ndarray
+) -> None:
+    """Fill each ``dest`` (``[patches, 3, p, p]``, dtype of ``lut``) from its frame.
+
+    Safe from many threads at once: each call waits for its own tasks only.
+    """
+    pool = get_band_pool()
+    group = pool.group()
+    total_rows = sum(plan.grid_h for _, plan, _ in jobs) or 1
+    try:
+        for index, (frame, plan, dest) in enumerate(jobs):
+            bands = band_count(plan.grid_h, plan.grid_h / total_rows, pool.workers)
+            if index == 0:
+                # The first frame is decoded here: its bands start without a hand-off.
+                submit_frame(group, frame, plan, dest, lut, bands)
+            else:
+                group.submit(submit_frame, group, frame, plan, dest, lut, bands)
+    except BaseException as exc:
+        group.fail(exc)
+    group.wait()
+
+
+def pillow_resize_array(
+    array: np.ndarray, width: int, height: int, filter_name: str = "bicubic"
+) -> np.ndarray:
+    """``Image.resize((width, height), filter)`` of a uint8 HxWx3 array, bit-exact.
+
+    The bare resampler (no patches): the fused kernel with 1-pixel patches and an identity
+    table, whose patch-major output is exactly the HxWx3 image. Falls back to Pillow itself
+    where the kernel is not enabled.
+    """
+    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
+        raise ValueError(f"need a uint8 HxWx3 array, got {array.dtype} {array.shape}")
+    if width <= 0 or height <= 0:
+        raise ValueError(f"target size must be positive, got {width}x{height}")
+    if not kernel_enabled():
+        from PIL import Image
+
+        resample = Image.Resampling[filter_name.upper()]
+        return np.asarray(Image.fromarray(array).resize((width, height), resample)).copy()
+    pixels = _readonly(array).reshape(array.shape[0], array.shape[1] * 3)
+    args = _band_args(pixels, 3, width, height, filter_name)
+    out = np.empty((height * width, 3, 1, 1), dtype=np.uint8)
+    _run_band(args, _readonly(_identity_lut()), out, width, 1, 0, height)
+    return out.reshape(height, width, 3)
+
+
+@functools.cache
+def _identity_lut() -> np.ndarray:
+    return identity_lut()
