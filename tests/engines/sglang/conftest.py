@@ -144,7 +144,7 @@ def patched(engine):
 
 @pytest.fixture(scope="session")
 def kimi_model(engine):
-    from vlm_fastpath.patches.sglang import _testing
+    from tests.support import sglang_cpu as _testing
 
     REGISTRY.revert(engine="sglang")
     try:
