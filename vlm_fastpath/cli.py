@@ -1,4 +1,4 @@
-"""Command line: ``vlm-fastpath doctor [--json] [--no-import]`` and ``vlm-fastpath bench``."""
+"""Command line: ``vlm-fastpath doctor [--json] [--no-import] [--module M]`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def _doctor(args: argparse.Namespace) -> int:
     from .doctor import collect, render
 
     try:
-        report = collect(import_engines=not args.no_import)
+        report = collect(import_engines=not args.no_import, module=args.module)
     except Exception as exc:  # noqa: BLE001 - doctor must always answer
         report = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(report) if args.json else f"doctor failed: {report['error']}")
@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.add_argument(
         "--no-import", action="store_true", help="do not import engines to decide patches"
+    )
+    doctor.add_argument(
+        "--module", metavar="MODULE", help="only the patches that touch this upstream module"
     )
     sub.add_parser(
         "bench",

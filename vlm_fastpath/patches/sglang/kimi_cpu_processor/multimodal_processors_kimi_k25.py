@@ -65,7 +65,7 @@ class KimiFusedCpuProcessor(Patch):
     versions = ">=0.5.12,<0.5.23"
     trigger = KIMI_PROCESSOR
     modules = (KIMI_PROCESSOR,)
-    upstream_pr = "vllm-project/vllm#47416"
+    upstream_pr = ""  # SGLang has none; the same idea in vLLM is vllm-project/vllm#47416
     summary = "Kimi K2.5 CPU preprocessing uses FusedKimiProcessor (byte-identical, faster)"
 
     def not_needed(self) -> str | None:

@@ -153,7 +153,7 @@ class MoonViTMaxSeqlenPatch(Patch):
     versions = ">=0.15,<0.23"
     trigger = MODULE
     modules = (MODULE,)
-    upstream_pr = "vLLM 0.23.0 (MoonViT3dEncoder.prepare_encoder_metadata)"
+    upstream_pr = ""  # shipped in vLLM 0.23.0; no PR number known
     summary = "Kimi K2.5 MoonViT: grid read once, max_seqlen/cu_seqlens once per forward"
 
     def upstream_equivalent(self) -> str | None:
