@@ -278,3 +278,25 @@ def test_random_apply_revert_sequences() -> None:
     machine = StackMachine.TestCase
     machine.settings = settings(max_examples=150, stateful_step_count=12, deadline=None)
     machine("runTest").runTest()
+
+
+def test_each_outcome_is_logged_once_per_process(engine, caplog) -> None:
+    """apply, revert, apply again: every patch's outcome appears in one INFO line, once."""
+    import logging
+
+    reg = _registry(
+        wrapping_patch("a"),
+        wrapping_patch("b", requires=("nowhere",)),
+        wrapping_patch("c", versions=">=9"),
+    )
+    with caplog.at_level(logging.INFO, logger="vlm_fastpath"):
+        reg.apply()
+        reg.revert()
+        reg.apply()
+        reg.apply()
+    lines = [r.getMessage() for r in caplog.records if "vlm_fastpath (pid" in r.getMessage()]
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert "applied: a" in line
+    assert "not-needed: b (requires nowhere: not registered)" in line
+    assert "unsupported-version: c (stackengine 1.0.0 is outside >=9)" in line

@@ -1,4 +1,4 @@
-"""Deferred CUDA-IPC reconstruction under encoder DP (issue 4 item 4), on the release's own code.
+"""Deferred CUDA-IPC reconstruction under encoder DP, on the release's own code.
 
 The simulation (TP ranks as threads, a recording double of the release's
 ``CudaIpcTensorTransportProxy``, the request runner) lives in

@@ -52,6 +52,18 @@ def owner_class_name(func: Callable[..., Any] | None) -> str | None:
     return None if owner is None else type(owner).__name__
 
 
+def grid_of(data: dict[str, Any] | None, item: Any = None) -> Any:
+    """An item's ``[t, h, w]`` grid: Qwen-VL names it ``image_grid_thw``, Kimi ``grid_thws``
+    (in ``model_specific_data``); ``item.image_grid_thw`` when given and neither is there."""
+    data = data or {}
+    grid = data.get("image_grid_thw")
+    if grid is None:
+        grid = data.get("grid_thws")
+    if grid is None and item is not None:
+        grid = item.image_grid_thw
+    return grid
+
+
 def require(owner: Any, *names: str) -> None:
     """Fail the patch (the registry then leaves the engine alone) if a name is missing."""
     missing = [name for name in names if not hasattr(owner, name)]

@@ -106,7 +106,7 @@ def batched_move_to_device(items: list[Any], device: Any) -> int:
 
 
 @register
-class BatchedFeatureH2D(Patch):
+class BatchedFeatureH2DPatch(Patch):
     name = "sglang-batched-feature-h2d"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.18"
@@ -308,7 +308,7 @@ def _make_expand(mm_utils):
 
 
 @register
-class VectorizedGridCounts(Patch):
+class VectorizedGridCountsPatch(Patch):
     name = "sglang-vectorized-mm-grid-counts"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.13"

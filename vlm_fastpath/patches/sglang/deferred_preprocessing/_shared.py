@@ -19,6 +19,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from .._common import grid_of
+
 ITEM_KEY = "_vlm_fastpath_kimi_deferred"
 OWNER_MARK = "__vlm_fastpath_deferred_owner__"
 
@@ -65,8 +67,8 @@ def merge_payloads(payloads: Sequence[Any]):
             raise DeferredPayloadError(
                 f"expected a DeferredPayload, got {type(payload).__name__}"
             )
-        if (payload.config, payload.background, payload.version) != (
-            first.config, first.background, first.version
+        if (payload.config, payload.background, payload.version, payload.recipe) != (
+            first.config, first.background, first.version, first.recipe
         ):
             raise DeferredPayloadError("deferred items of one batch disagree on their config")
         medias.extend(payload.medias)
@@ -76,7 +78,7 @@ def merge_payloads(payloads: Sequence[Any]):
             decoder = payload.decoder
     return DeferredPayload(
         medias=medias, config=first.config, background=first.background, decoder=decoder,
-        version=first.version,
+        version=first.version, recipe=first.recipe,
     )
 
 
@@ -98,52 +100,7 @@ def owner_processor(payload: Any):
     return proc
 
 
-# -- Kimi K3 (sglang 0.5.17: the release's own GPU-path arithmetic, run on the owner) ----------
 K3_ITEM_KEY = "_vlm_fastpath_kimi_k3_deferred"
-
-
-class K3DeferredImage:
-    """One K3 image as it crosses the process boundary: uint8 CHW pixels (3 or 4 channels)
-    and what the owner needs to finish it (as 0.5.18's ``KimiK3DeferredPreprocessing``)."""
-
-    __slots__ = ("pixels", "resize_config", "image_mean", "image_std",
-                 "transparent_bg_config", "patch_size")
-
-    def __init__(self, pixels, resize_config, image_mean, image_std, transparent_bg_config,
-                 patch_size) -> None:
-        self.pixels = pixels
-        self.resize_config = dict(resize_config)
-        self.image_mean = [float(v) for v in image_mean]
-        self.image_std = [float(v) for v in image_std]
-        self.transparent_bg_config = transparent_bg_config
-        self.patch_size = int(patch_size)
-
-    def __getstate__(self):
-        return {name: getattr(self, name) for name in self.__slots__}
-
-    def __setstate__(self, state) -> None:
-        for name in self.__slots__:
-            setattr(self, name, state[name])
-
-    @property
-    def payload_bytes(self) -> int:
-        return self.pixels.numel() * self.pixels.element_size()
-
-
-def k3_digest_feature(image: K3DeferredImage, num_patches: int):
-    """Like :func:`digest_feature`, for a :class:`K3DeferredImage`."""
-    import torch
-
-    hasher = hashlib.sha256()
-    hasher.update(repr((tuple(image.pixels.shape), sorted(image.resize_config.items()),
-                        image.image_mean, image.image_std, image.transparent_bg_config,
-                        image.patch_size)).encode())
-    hasher.update(image.pixels.contiguous().numpy().tobytes())
-    digest = hasher.digest()
-    out = torch.zeros(num_patches, dtype=torch.uint8)
-    n = min(len(digest), num_patches)
-    out[:n] = torch.frombuffer(bytearray(digest[:n]), dtype=torch.uint8)
-    return out
 
 
 # -- owner side, shared by the K2.5 and K3 owners ------------------------------------------------
@@ -166,9 +123,7 @@ class LazyFeatureView:
     def feature(self) -> Any:
         if self._feature is None:
             data = self._item.model_specific_data
-            grid = data.get("image_grid_thw")
-            if grid is None:
-                grid = data.get("grid_thws")
+            grid = grid_of(data)
             object.__setattr__(self, "_feature", self._build(data, self._device, grid))
         return self._feature
 
@@ -184,6 +139,23 @@ class LazyFeatureView:
             object.__setattr__(self, "_feature", value)
         else:
             setattr(self._item, name, value)
+
+
+def materialize_payloads(payloads: Sequence[Any], device: Any, grid: Any, label: str) -> Any:
+    """float32 ``pixel_values`` of an item's payloads on ``device`` (checked against grid).
+
+    One implementation for K2.5 and K3: the payload names its recipe and the owner's
+    ``DeferredKimiProcessor`` runs it (K3's resize is the release's float ``interpolate``,
+    so only the K2.5 recipe takes a ``VLM_FASTPATH_DEFER_RESIZE`` backend).
+    """
+    from .... import settings
+
+    payload = merge_payloads(list(payloads))
+    proc = owner_processor(payload)
+    backend = settings.defer_resize() if payload.recipe == "k25" else "auto"
+    out = proc.run(payload, device=device, resize_backend=backend)
+    check_grids(out["grid_thws"], grid, label)
+    return out["pixel_values"]
 
 
 def tower_device(model: Any) -> Any:
@@ -246,7 +218,8 @@ def deferred_get_image_feature(original: Any, key: str, materialize: Any) -> Any
 
 def deferring_call(original: Any, should_defer: Any, deferred_call: Any) -> Any:
     """Wrap a processor wrapper's ``__call__``: when ``should_defer(self, images)`` says so,
-    answer with ``deferred_call(self, text, images, original_input_ids, kwargs)`` instead."""
+    answer with ``deferred_call(self, text, images, original_input_ids, kwargs)`` instead
+    (which returns None to hand the request back to the release's own call)."""
     import functools
 
     @functools.wraps(original)
@@ -254,9 +227,11 @@ def deferring_call(original: Any, should_defer: Any, deferred_call: Any) -> Any:
         found = images or kwargs.get("images")
         if not should_defer(self, found):
             return original(self, text, images, **kwargs)
-        kwargs.pop("images", None)
-        original_input_ids = kwargs.pop("sglang_original_input_ids", None)
-        return deferred_call(self, text, list(found), original_input_ids, kwargs)
+        rest = {k: v for k, v in kwargs.items() if k != "images"}
+        original_input_ids = rest.pop("sglang_original_input_ids", None)
+        out = deferred_call(self, text, list(found), original_input_ids, rest)
+        # None: the deferred path cannot reproduce this request exactly; run the release's.
+        return original(self, text, images, **kwargs) if out is None else out
 
     return __call__
 

@@ -27,29 +27,16 @@ sglang-kimi-k25-deferred-owner
 
 from __future__ import annotations
 
-from .... import settings
 from ...base import Patch, PatchContext
 from ...registry import register
 from .._common import module, require
-from ._shared import (
-    ITEM_KEY,
-    check_grids,
-    deferred_get_image_feature,
-    merge_payloads,
-    owner_processor,
-)
+from ._shared import ITEM_KEY, deferred_get_image_feature, materialize_payloads
 
 KIMI_K25 = "sglang.srt.models.kimi_k25"
 
 
 def materialize(payloads, device, grid=None):
-    """float32 ``pixel_values`` of an item's payloads on ``device`` (checked against grid)."""
-
-    payload = merge_payloads(list(payloads))
-    proc = owner_processor(payload)
-    out = proc.run(payload, device=device, resize_backend=settings.defer_resize())
-    check_grids(out["grid_thws"], grid, "Kimi payload")
-    return out["pixel_values"]
+    return materialize_payloads(payloads, device, grid, "Kimi payload")
 
 
 def _make_get_image_feature(original):
@@ -57,7 +44,7 @@ def _make_get_image_feature(original):
 
 
 @register
-class KimiK25DeferredOwner(Patch):
+class KimiK25DeferredOwnerPatch(Patch):
     name = "sglang-kimi-k25-deferred-owner"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.23"

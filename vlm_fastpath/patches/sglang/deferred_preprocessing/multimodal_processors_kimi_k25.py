@@ -140,7 +140,7 @@ def _make_collect(original):
 
 
 @register
-class KimiK25DeferredSender(Patch):
+class KimiK25DeferredSenderPatch(Patch):
     name = "sglang-kimi-k25-deferred-sender"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.23"

@@ -1,5 +1,5 @@
 """Patch of ``sglang.srt.multimodal.processors.kimi_k3``: the sender half of deferred
-preprocessing for Kimi K3 on sglang 0.5.17 (the owner half is ``models_kimi_k3_deferred``).
+preprocessing for Kimi K3 on sglang 0.5.17 (the owner half is ``models_kimi_k3``).
 
 sglang-kimi-k3-deferred-sender
     Why: 0.5.17 is the first release with Kimi K3 and preprocesses every K3 image in the
@@ -14,13 +14,14 @@ sglang-kimi-k3-deferred-sender
     raw <= processed (eager otherwise, as upstream). Deferred, it returns what the release's
     ``_gpu_call`` returns -- the same ``input_ids`` (the release's ``_prepare_input_ids``) and
     ``image_grid_thw`` (the release's ``navit_resize_config``) -- but with ``pixel_values`` a
-    1-D uint8 content digest of one byte per patch (see ``_kimi_deferred``), so the
+    1-D uint8 content digest of one byte per patch (see ``_shared``), so the
     release's per-image split, hashing, pad values and embedding cache work unchanged; one
-    ``K3DeferredImage`` per image (uint8 CHW pixels staged like the release's
-    ``_k3_to_cuda_chw``, resize config, mean/std, the checkpoint's ``transparent_bg_config``)
-    rides under ``model_specific_data["_vlm_fastpath_kimi_k3_deferred"]`` (attached by a
-    wrapped ``collect_mm_items_from_processor_output``). The owner runs the release's own
-    ``_gpu_preprocess_images`` + ``_fill_transparent_bg`` on the tower's device.
+    ``DeferredPayload`` of the library's K3 recipe per image (uint8 CHW pixels, alpha kept
+    only where the checkpoint's ``transparent_bg_config`` fills it, and the resize plan,
+    checked equal to the release's ``navit_resize_config``) rides under
+    ``model_specific_data["_vlm_fastpath_kimi_k3_deferred"]`` (attached by a wrapped
+    ``collect_mm_items_from_processor_output``). The owner runs the same recipe
+    (``DeferredKimiProcessor.run``) on the tower's device.
     When: ``VLM_FASTPATH_DEFER=0`` never defers; unset (``auto``) defers where 0.5.18 does:
     CUDA in the tokenizer process (the release's GPU path) and CPU feature transport (with
     CUDA IPC no float bytes are pickled). ``VLM_FASTPATH_DEFER=1`` also defers where the
@@ -44,10 +45,9 @@ from ...registry import register
 from .._common import module, require
 from ._shared import (
     K3_ITEM_KEY,
-    K3DeferredImage,
     collect_with_payloads,
     deferring_call,
-    k3_digest_feature,
+    digest_feature,
     model_has_owner,
 )
 
@@ -77,17 +77,15 @@ def owner_ready() -> bool:
     return model_has_owner(K3_MODEL, "KimiK3ForConditionalGeneration")
 
 
-def has_alpha(image) -> bool:
-    """K3 keeps an alpha channel (PIL: an ``A`` band or ``transparency`` on a non-RGB image)."""
-    return image.mode != "RGB" and ("A" in image.getbands() or "transparency" in image.info)
-
-
 def raw_channels(image) -> int:
+    """Channels 0.5.18's rule counts for an image (4 when K3 keeps its alpha)."""
     import torch
+
+    from ....kimi_integration.deferred.transport import k3_keeps_alpha
 
     if isinstance(image, torch.Tensor):
         return 3 if image.dim() == 2 or image.shape[0] == 1 else int(image.shape[0])
-    return 4 if has_alpha(image) else 3
+    return 4 if k3_keeps_alpha(image) else 3
 
 
 def resize_configs(wrapper, images, g):
@@ -143,40 +141,74 @@ def should_defer(wrapper, images, g) -> bool:
     return defer_by_size(*byte_counts(images, sizes, configs))
 
 
-def to_chw_uint8(image):
-    """uint8 CHW on the host, staged exactly as the release's ``_k3_to_cuda_chw`` stages it."""
-    import numpy as np
+_PROC_ATTR = "_vlm_fastpath_k3_deferred_processor"
+
+
+def k3_processor(wrapper):
+    """The wrapper's ``DeferredKimiProcessor`` with the K3 recipe (built once)."""
+    proc = wrapper.__dict__.get(_PROC_ATTR)
+    if proc is None:
+        from ....kimi_integration.deferred import BackgroundConfig, DeferredKimiProcessor
+
+        config = {
+            "patch_size": wrapper._patch_size,
+            "merge_kernel_size": wrapper._merge_kernel_size,
+            "in_patch_limit": wrapper._in_patch_limit,
+            "patch_limit_on_one_side": wrapper._patch_limit_on_one_side,
+            "fixed_output_tokens": wrapper._fixed_output_tokens,
+            "image_mean": list(wrapper._image_mean),
+            "image_std": list(wrapper._image_std),
+        }
+        background = BackgroundConfig.from_checkpoint(
+            getattr(wrapper, "_transparent_bg_config", None)
+        )
+        # SGLang's loader hands over decoded images: the encoded form is never offered.
+        proc = DeferredKimiProcessor(config, background, allow_encoded=False, recipe="k3")
+        wrapper.__dict__[_PROC_ATTR] = proc
+    return proc
+
+
+def _as_media(image):
+    """One image as the library takes it: PIL as is, a CHW uint8 tensor as HWC (or HW)."""
     import torch
 
-    if not isinstance(image, torch.Tensor):
-        array = np.array(image.convert("RGBA" if has_alpha(image) else "RGB"), copy=True)
-        return torch.from_numpy(array).permute(2, 0, 1).contiguous()
-    image = image.detach()
-    if image.dim() == 2:
-        image = image.unsqueeze(0)
-    if image.shape[0] == 1:
-        image = image.repeat(3, 1, 1)
-    return image.cpu().contiguous()
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu()
+        if image.dim() == 3:
+            image = image[0] if image.shape[0] == 1 else image.permute(1, 2, 0)
+        image = image.contiguous()
+    return {"type": "image", "image": image}
+
+
+def _plan_matches(plan, cfg) -> bool:
+    return (plan.new_width, plan.new_height, plan.padded_width, plan.padded_height) == (
+        cfg["new_width"], cfg["new_height"], cfg["new_width"] + cfg["pad_width"],
+        cfg["new_height"] + cfg["pad_height"])
 
 
 def deferred_call(wrapper, text, images, original_input_ids, kwargs, g):
-    """The release's ``_gpu_call`` output with pixels replaced by deferred images (the
-    release's ``_gpu_call`` takes no extra processor kwargs, so ``kwargs`` is unused)."""
+    """The release's ``_gpu_call`` output with pixels replaced by deferred payloads (the
+    release's ``_gpu_call`` takes no extra processor kwargs, so ``kwargs`` is unused).
+
+    None (the release's own call runs) if the library's plan of an image differs from the
+    release's ``navit_resize_config``."""
     import torch
 
-    grid_of = module(K25_PROCESSOR)._grid_thw_from_resize_config
+    release_grid = module(K25_PROCESSOR)._grid_thw_from_resize_config
     sizes, configs = resize_configs(wrapper, images, g)
-    input_text = text[0] if isinstance(text, list) else text
-    input_ids = wrapper._prepare_input_ids(input_text, configs, original_input_ids, sizes)
-    bg = getattr(wrapper, "_transparent_bg_config", None)
+    proc = k3_processor(wrapper)
     payloads, digests, grids = [], [], []
     for image, cfg in zip(images, configs, strict=True):
-        grid = tuple(int(v) for v in grid_of(cfg, wrapper._patch_size))
-        payload = K3DeferredImage(to_chw_uint8(image), cfg, wrapper._image_mean,
-                                  wrapper._image_std, bg, wrapper._patch_size)
+        payload = proc.prepare(_as_media(image))
+        plan = payload.medias[0].plan
+        grid = tuple(int(v) for v in release_grid(cfg, wrapper._patch_size))
+        if not _plan_matches(plan, cfg) or tuple(plan.grid_thw) != grid:
+            return None
         payloads.append(payload)
-        digests.append(k3_digest_feature(payload, grid[0] * grid[1] * grid[2]))
+        digests.append(digest_feature(payload, plan.num_patches))
         grids.append(grid)
+    input_text = text[0] if isinstance(text, list) else text
+    input_ids = wrapper._prepare_input_ids(input_text, configs, original_input_ids, sizes)
     return {
         "input_ids": input_ids,
         "pixel_values": torch.cat(digests),
@@ -207,7 +239,7 @@ def _make_collect(original):
 
 
 @register
-class KimiK3DeferredSender(Patch):
+class KimiK3DeferredSenderPatch(Patch):
     name = "sglang-kimi-k3-deferred-sender"
     engine = "sglang"
     versions = ">=0.5.17,<0.5.18"

@@ -6,17 +6,13 @@ Used by ``models_kimi_k25_encoder_dp.py``, ``models_qwen2_5_vl_encoder_dp.py`` a
 
 from __future__ import annotations
 
+from .._common import grid_of
 from . import _switches
 
 
 def host_grid_rows(item) -> list[list[int]]:
     """The item's ``[t, h, w]`` rows, read on the host (no device round trip)."""
-    data = item.model_specific_data or {}
-    grid = data.get("image_grid_thw")
-    if grid is None:
-        grid = data.get("grid_thws")
-    if grid is None:
-        grid = item.image_grid_thw
+    grid = grid_of(item.model_specific_data, item)
     if hasattr(grid, "device") and grid.device.type != "cpu":
         grid = grid.cpu()
     rows = grid.tolist()

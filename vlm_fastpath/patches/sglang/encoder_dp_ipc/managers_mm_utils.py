@@ -80,7 +80,7 @@ def _wrap_by_item(original):
 
 
 @register
-class IpcCacheHitRelease(Patch):
+class IpcCacheHitReleasePatch(Patch):
     name = "sglang-ipc-cache-hit-release"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"

@@ -110,7 +110,7 @@ def _make_from_processor_output(original):
 
 
 @register
-class IpcDeferredReconstruction(Patch):
+class IpcDeferredReconstructionPatch(Patch):
     name = "sglang-ipc-deferred-reconstruction"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"

@@ -68,7 +68,7 @@ def _make_get_image_feature(current, kimi_g, mm_g):
 
 
 @register
-class KimiK25EncoderDpOwnerOnly(Patch):
+class KimiK25EncoderDpOwnerOnlyPatch(Patch):
     name = "sglang-kimi-k25-encoder-dp-owner-only"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"

@@ -43,7 +43,7 @@ def tower_runs(model, width: int) -> bool:
 
 
 @register
-class Qwen25VlEncoderDpOwnerOnly(Patch):
+class Qwen25VlEncoderDpOwnerOnlyPatch(Patch):
     name = "sglang-qwen2-5-vl-encoder-dp-owner-only"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"

@@ -34,7 +34,7 @@ CLASS = "Qwen3VLForConditionalGeneration"
 
 
 @register
-class Qwen3VlEncoderDpOwnerOnly(Patch):
+class Qwen3VlEncoderDpOwnerOnlyPatch(Patch):
     name = "sglang-qwen3-vl-encoder-dp-owner-only"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"

@@ -128,7 +128,7 @@ def _make_run_dp_sharded(original, g):
 
 
 @register
-class EncoderDpLocalLoader(Patch):
+class EncoderDpLocalLoaderPatch(Patch):
     name = "sglang-encoder-dp-local-loader"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"

@@ -95,7 +95,7 @@ def _make_process_and_combine(original, g, mark=mark_deferrable):
 
 
 @register
-class KimiK25DeferIpcMarker(Patch):
+class KimiK25DeferIpcMarkerPatch(Patch):
     name = "sglang-kimi-k25-defer-ipc-marker"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"
@@ -131,7 +131,7 @@ def _qwen_processor_marks() -> bool:
 
 
 @register
-class QwenVlDeferIpcMarker(Patch):
+class QwenVlDeferIpcMarkerPatch(Patch):
     name = "sglang-qwen-vl-defer-ipc-marker"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"

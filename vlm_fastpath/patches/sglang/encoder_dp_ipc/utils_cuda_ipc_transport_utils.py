@@ -84,7 +84,7 @@ def _make_acknowledge(g):
 
 
 @register
-class IpcConsumerCount(Patch):
+class IpcConsumerCountPatch(Patch):
     name = "sglang-ipc-consumer-count"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"

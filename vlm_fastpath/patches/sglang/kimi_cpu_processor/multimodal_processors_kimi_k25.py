@@ -59,7 +59,7 @@ def _make_init(original):
 
 
 @register
-class KimiFusedCpuProcessor(Patch):
+class KimiFusedCpuProcessorPatch(Patch):
     name = "sglang-kimi-k25-fused-cpu-processor"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.23"

@@ -125,7 +125,7 @@ def _sdpa_forward(original, g):
 
 
 @register
-class VisionHostMaxSeqlen(Patch):
+class VisionHostMaxSeqlenPatch(Patch):
     name = "sglang-vision-host-max-seqlen"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"

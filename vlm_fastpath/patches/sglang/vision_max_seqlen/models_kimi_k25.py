@@ -41,7 +41,7 @@ from itertools import accumulate
 
 from ...base import Patch, PatchContext
 from ...registry import register
-from .._common import cuda_available, module, require, source_of
+from .._common import cuda_available, grid_of, module, require, source_of
 from ._host_seqlens import HOST_SEQLENS, HostMaxSeqlen, HostSeqlens
 
 KIMI_K25 = "sglang.srt.models.kimi_k25"
@@ -57,16 +57,6 @@ def _host_grid(grid):
     return grid.to(torch.long) if grid.dtype != torch.long else grid
 
 
-def _item_grid(item):
-    data = getattr(item, "model_specific_data", None) or {}
-    grid = data.get("image_grid_thw")
-    if grid is None:
-        grid = data.get("grid_thws")
-    if grid is None:
-        grid = item.image_grid_thw
-    return grid
-
-
 def _make_get_image_feature(original, g):
     import torch
 
@@ -78,7 +68,8 @@ def _make_get_image_feature(original, g):
         pixel_values = torch.cat([item.feature for item in items], dim=0).to(
             device=device, dtype=dtype
         )
-        grid_thws = torch.cat([_host_grid(_item_grid(item)) for item in items], dim=0)
+        grids = [grid_of(getattr(item, "model_specific_data", None), item) for item in items]
+        grid_thws = torch.cat([_host_grid(grid) for grid in grids], dim=0)
         if self.use_data_parallel:
             image_embeds = g["run_dp_sharded_mrope_vision_model"](
                 tower, pixel_values, grid_thws.tolist(), rope_type="rope_2d"
@@ -131,7 +122,7 @@ def _make_layer_forward(original):
 
 
 @register
-class MoonViTMaxSeqlenOnce(Patch):
+class MoonViTMaxSeqlenOncePatch(Patch):
     name = "sglang-moonvit-max-seqlen-once"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"
@@ -187,7 +178,7 @@ def _make_sdpa_encoder_forward(current):
 
 
 @register
-class MoonViTSdpaHostCuSeqlens(Patch):
+class MoonViTSdpaHostCuSeqlensPatch(Patch):
     name = "sglang-moonvit-sdpa-host-cu-seqlens"
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"

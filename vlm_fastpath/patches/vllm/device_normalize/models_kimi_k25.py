@@ -53,7 +53,7 @@ from ...._log import get_logger
 from ...base import Patch, PatchContext
 from ...registry import register
 
-MODULE = "vllm.model_executor.models.kimi_k25"
+KIMI_K25 = "vllm.model_executor.models.kimi_k25"
 INFO_CLASS = "KimiK25ProcessingInfo"
 MODEL_CLASS = "KimiK25ForConditionalGeneration"
 PARSE_METHOD = "_parse_and_validate_media_input"
@@ -188,7 +188,7 @@ def build_normalizer(vllm_config: Any) -> DeviceNormalizer | None:
     Loads the image processor through ``kimi_k25``'s own loader (as ``KimiK25ProcessingInfo``
     does, so it is the same cached object and the same table as the API server's).
     """
-    module = sys.modules[MODULE]
+    module = sys.modules[KIMI_K25]
     model_config = vllm_config.model_config
     kwargs: dict[str, Any] = {
         "revision": getattr(model_config, "revision", None),
@@ -253,8 +253,8 @@ class KimiDeviceNormalizePatch(Patch):
     name = "vllm-kimi-device-normalize"
     engine = "vllm"
     versions = ">=0.15,<0.32"
-    trigger = MODULE
-    modules = (MODULE,)
+    trigger = KIMI_K25
+    modules = (KIMI_K25,)
     upstream_pr = "vllm-project/vllm#50411"
     summary = "Kimi pixel_values cross to EngineCore as uint8; the model normalizes on its device"
     # uint8 pixels only leave a processor of ours, and only where the model side is installed.
@@ -262,20 +262,20 @@ class KimiDeviceNormalizePatch(Patch):
     after = PROCESSOR_PATCHES
 
     def upstream_equivalent(self) -> str | None:
-        model_cls = getattr(sys.modules[MODULE], MODEL_CLASS, None)
+        model_cls = getattr(sys.modules[KIMI_K25], MODEL_CLASS, None)
         if model_cls is not None and getattr(model_cls, "supports_mm_device_do_normalize", False):
             return "vLLM normalizes Kimi pixels on the device (mm_device_do_normalize, #50411)"
         return None
 
     def not_needed(self) -> str | None:
-        module = sys.modules[MODULE]
+        module = sys.modules[KIMI_K25]
         for cls_name in (INFO_CLASS, MODEL_CLASS):
             if not hasattr(module, cls_name):
-                return f"{MODULE} has no {cls_name}"
+                return f"{KIMI_K25} has no {cls_name}"
         return None
 
     def apply(self, ctx: PatchContext) -> None:
-        module = sys.modules[MODULE]
+        module = sys.modules[KIMI_K25]
         info_cls = getattr(module, INFO_CLASS)
         model_cls = getattr(module, MODEL_CLASS)
         targets = {

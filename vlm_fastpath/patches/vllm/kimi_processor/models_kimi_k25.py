@@ -30,10 +30,10 @@ from typing import Any
 from ...._log import get_logger
 from ...base import Patch, PatchContext
 from ...registry import register
-from .transformers_utils_processor import MODULE as PROCESSOR_MODULE
+from .transformers_utils_processor import KIMI_K25 as PROCESSOR
 from .transformers_utils_processor import accepts_overrides
 
-MODULE = "vllm.model_executor.models.kimi_k25"
+KIMI_K25 = "vllm.model_executor.models.kimi_k25"
 logger = get_logger("vlm_fastpath.patches")
 
 
@@ -43,7 +43,7 @@ def make_kimi_loader(original: Any) -> Any:
 
     @functools.lru_cache
     def load_own(processor_name: str, revision: str | None, trust_remote_code: bool) -> Any:
-        module = sys.modules.get(PROCESSOR_MODULE)
+        module = sys.modules.get(PROCESSOR)
         convert = getattr(module, "convert_model_repo_to_path", None)
         path = convert(processor_name) if convert is not None else processor_name
         return FastpathKimiVisionProcessor.from_pretrained(
@@ -58,7 +58,7 @@ def make_kimi_loader(original: Any) -> Any:
         **kwargs: Any,
     ) -> Any:
         try:
-            module = sys.modules.get(PROCESSOR_MODULE)
+            module = sys.modules.get(PROCESSOR)
             loader = getattr(module, "cached_get_image_processor", None)
             getter = getattr(module, "get_image_processor", None)
             if loader is not None and getter is not None and accepts_overrides(getter):
@@ -97,15 +97,15 @@ class KimiK25ProcessorPatch(Patch):
     name = "vllm-kimi-processor"
     engine = "vllm"
     versions = ">=0.15,<0.25"
-    trigger = MODULE
-    modules = (MODULE,)
+    trigger = KIMI_K25
+    modules = (KIMI_K25,)
     upstream_pr = "vllm-project/vllm#47416"
     summary = "KimiK25ProcessingInfo loads FusedKimiProcessor instead of the checkpoint's"
     # loads through get_image_processor(processor_cls_overrides=) when that patch gave it one
     after = ("vllm-processor-cls-overrides",)
 
     def upstream_equivalent(self) -> str | None:
-        module = sys.modules[MODULE]
+        module = sys.modules[KIMI_K25]
         if hasattr(module, "KimiK25FusedVisionProcessor"):
             return (
                 "vLLM ships a fused Kimi processor (#47416); "
@@ -114,13 +114,13 @@ class KimiK25ProcessorPatch(Patch):
         return None
 
     def not_needed(self) -> str | None:
-        if not hasattr(sys.modules[MODULE], "KimiK25ProcessingInfo"):
-            return f"{MODULE} has no KimiK25ProcessingInfo"
+        if not hasattr(sys.modules[KIMI_K25], "KimiK25ProcessingInfo"):
+            return f"{KIMI_K25} has no KimiK25ProcessingInfo"
         return None
 
     def apply(self, ctx: PatchContext) -> None:
-        module = sys.modules[MODULE]
+        module = sys.modules[KIMI_K25]
         original = module.__dict__.get("cached_get_image_processor")
         if original is None or not callable(original):
-            raise LookupError(f"{MODULE} has no cached_get_image_processor (renamed?)")
+            raise LookupError(f"{KIMI_K25} has no cached_get_image_processor (renamed?)")
         ctx.set_attr(module, "cached_get_image_processor", make_kimi_loader(original))

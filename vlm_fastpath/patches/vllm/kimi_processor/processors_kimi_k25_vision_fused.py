@@ -29,8 +29,8 @@ import sys
 from ...base import Patch, PatchContext
 from ...registry import register
 
-FUSED_MODULE = "vllm.transformers_utils.processors.kimi_k25_vision_fused"
-KIMI_MODULE = "vllm.model_executor.models.kimi_k25"
+KIMI_K25_VISION_FUSED = "vllm.transformers_utils.processors.kimi_k25_vision_fused"
+KIMI_K25 = "vllm.model_executor.models.kimi_k25"
 CLASS_NAME = "KimiK25FusedVisionProcessor"
 
 
@@ -39,21 +39,21 @@ class KimiFusedProcessorPatch(Patch):
     name = "vllm-kimi-fused-processor"
     engine = "vllm"
     versions = ">=0.25,<0.34"
-    trigger = KIMI_MODULE
-    modules = (FUSED_MODULE, KIMI_MODULE)
+    trigger = KIMI_K25
+    modules = (KIMI_K25_VISION_FUSED, KIMI_K25)
     upstream_pr = "vllm-project/vllm#47416"
     summary = "KimiK25FusedVisionProcessor -> FusedKimiProcessor (bit-exact, faster on few cores)"
 
     def not_needed(self) -> str | None:
-        if not hasattr(sys.modules[KIMI_MODULE], "KimiK25ProcessingInfo"):
-            return f"{KIMI_MODULE} has no KimiK25ProcessingInfo"
+        if not hasattr(sys.modules[KIMI_K25], "KimiK25ProcessingInfo"):
+            return f"{KIMI_K25} has no KimiK25ProcessingInfo"
         return None
 
     def apply(self, ctx: PatchContext) -> None:
-        kimi = sys.modules[KIMI_MODULE]
+        kimi = sys.modules[KIMI_K25]
         original = kimi.__dict__.get(CLASS_NAME)
         if not isinstance(original, type):
-            raise LookupError(f"{KIMI_MODULE} has no class {CLASS_NAME} (renamed?)")
+            raise LookupError(f"{KIMI_K25} has no class {CLASS_NAME} (renamed?)")
         init = getattr(kimi.KimiK25ProcessingInfo.__init__, "__code__", None)
         if init is None or CLASS_NAME not in init.co_names:
             raise LookupError(f"KimiK25ProcessingInfo.__init__ no longer reads {CLASS_NAME}")
@@ -62,4 +62,4 @@ class KimiFusedProcessorPatch(Patch):
 
         ctx.rebind_globals(original, FastpathKimiVisionProcessor, ("vllm.",))
         if kimi.__dict__.get(CLASS_NAME) is not FastpathKimiVisionProcessor:
-            raise LookupError(f"could not rebind {KIMI_MODULE}.{CLASS_NAME}")
+            raise LookupError(f"could not rebind {KIMI_K25}.{CLASS_NAME}")

@@ -26,7 +26,7 @@ from typing import Any
 from ...base import Patch, PatchContext
 from ...registry import register
 
-MODULE = "vllm.transformers_utils.processor"
+PROCESSOR = "vllm.transformers_utils.processor"
 
 
 def accepts_overrides(func: Any) -> bool:
@@ -78,33 +78,33 @@ class ProcessorClsOverridesPatch(Patch):
     name = "vllm-processor-cls-overrides"
     engine = "vllm"
     versions = ">=0.15,<0.25"
-    trigger = MODULE
-    modules = (MODULE,)
+    trigger = PROCESSOR
+    modules = (PROCESSOR,)
     upstream_pr = "vllm-project/vllm#47416"
     summary = "get_image_processor accepts processor_cls_overrides (as in vLLM 0.25+)"
 
     def upstream_equivalent(self) -> str | None:
-        module = sys.modules[MODULE]
+        module = sys.modules[PROCESSOR]
         func = getattr(module, "get_image_processor", None)
         if func is not None and accepts_overrides(func):
             return "vLLM's get_image_processor already takes processor_cls_overrides (#47416)"
         return None
 
     def apply(self, ctx: PatchContext) -> None:
-        module = sys.modules[MODULE]
+        module = sys.modules[PROCESSOR]
         original = getattr(module, "get_image_processor", None)
         original_cached = getattr(module, "cached_get_image_processor", None)
         if original is None or original_cached is None:
             raise LookupError(
-                f"{MODULE} has no get_image_processor/cached_get_image_processor (renamed?)"
+                f"{PROCESSOR} has no get_image_processor/cached_get_image_processor (renamed?)"
             )
         if getattr(original_cached, "__wrapped__", None) is not original:
             raise LookupError(
-                f"{MODULE}.cached_get_image_processor is not lru_cache(get_image_processor)"
+                f"{PROCESSOR}.cached_get_image_processor is not lru_cache(get_image_processor)"
             )
         replacement = make_get_image_processor(module, original)
         cached = functools.lru_cache(replacement)
         ctx.rebind_globals(original, replacement, ("vllm.",))
         ctx.rebind_globals(original_cached, cached, ("vllm.",))
         if module.get_image_processor is not replacement:
-            raise LookupError(f"could not rebind {MODULE}.get_image_processor")
+            raise LookupError(f"could not rebind {PROCESSOR}.get_image_processor")

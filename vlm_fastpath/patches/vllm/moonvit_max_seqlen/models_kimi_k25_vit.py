@@ -37,7 +37,7 @@ from typing import Any
 from ...base import Patch, PatchContext
 from ...registry import register
 
-MODULE = "vllm.model_executor.models.kimi_k25_vit"
+KIMI_K25_VIT = "vllm.model_executor.models.kimi_k25_vit"
 TOWER_CLASS = "MoonViT3dPretrainedModel"
 ENCODER_CLASS = "MoonViT3dEncoder"
 LAYER_CLASS = "MoonViTEncoderLayer"
@@ -102,7 +102,7 @@ def _make_encoder_forward(original: Any) -> Any:
 
 def _attention(layer: Any, x: Any, cu_seqlens: Any, rope_freqs_cis: Any, max_seqlen: Any) -> Any:
     """``attention_qkvpacked`` of the release with ``max_seqlen`` given instead of recomputed."""
-    apply_rope = sys.modules[MODULE].apply_rope
+    apply_rope = sys.modules[KIMI_K25_VIT].apply_rope
     heads = layer.num_attention_heads_per_partition
     head_dim = layer.hidden_size_per_attention_head
     seq_length = x.size(0)
@@ -151,28 +151,28 @@ class MoonViTMaxSeqlenPatch(Patch):
     name = "vllm-moonvit-max-seqlen"
     engine = "vllm"
     versions = ">=0.15,<0.23"
-    trigger = MODULE
-    modules = (MODULE,)
+    trigger = KIMI_K25_VIT
+    modules = (KIMI_K25_VIT,)
     upstream_pr = ""  # shipped in vLLM 0.23.0; no PR number known
     summary = "Kimi K2.5 MoonViT: grid read once, max_seqlen/cu_seqlens once per forward"
 
     def upstream_equivalent(self) -> str | None:
-        encoder = getattr(sys.modules[MODULE], ENCODER_CLASS, None)
+        encoder = getattr(sys.modules[KIMI_K25_VIT], ENCODER_CLASS, None)
         if encoder is not None and hasattr(encoder, "prepare_encoder_metadata"):
             return "MoonViT3dEncoder.prepare_encoder_metadata computes max_seqlen on the host"
         return None
 
     def not_needed(self) -> str | None:
-        module = sys.modules[MODULE]
+        module = sys.modules[KIMI_K25_VIT]
         if not all(hasattr(module, n) for n in (TOWER_CLASS, ENCODER_CLASS, LAYER_CLASS)):
-            return f"{MODULE} has no MoonViT tower classes"
+            return f"{KIMI_K25_VIT} has no MoonViT tower classes"
         return None
 
     def apply(self, ctx: PatchContext) -> None:
-        module = sys.modules[MODULE]
+        module = sys.modules[KIMI_K25_VIT]
         for name in ("tpool_patch_merger", "apply_rope"):
             if not callable(module.__dict__.get(name)):
-                raise LookupError(f"{MODULE} has no {name} (renamed?)")
+                raise LookupError(f"{KIMI_K25_VIT} has no {name} (renamed?)")
         tower = getattr(module, TOWER_CLASS)
         encoder = getattr(module, ENCODER_CLASS)
         layer = getattr(module, LAYER_CLASS)
