@@ -30,7 +30,7 @@ from typing import Any
 from ...._log import get_logger
 from ...base import Patch, PatchContext
 from ...registry import register
-from .transformers_utils_processor import KIMI_K25 as PROCESSOR
+from .transformers_utils_processor import PROCESSOR
 from .transformers_utils_processor import accepts_overrides
 
 KIMI_K25 = "vllm.model_executor.models.kimi_k25"
@@ -62,7 +62,7 @@ def make_kimi_loader(original: Any) -> Any:
             loader = getattr(module, "cached_get_image_processor", None)
             getter = getattr(module, "get_image_processor", None)
             if loader is not None and getter is not None and accepts_overrides(getter):
-                return loader(
+                processor = loader(
                     processor_name,
                     *args,
                     revision=revision,
@@ -70,7 +70,16 @@ def make_kimi_loader(original: Any) -> Any:
                     processor_cls_overrides=FastpathKimiVisionProcessor,
                     **kwargs,
                 )
-            return load_own(processor_name, revision, trust_remote_code)
+            else:
+                processor = load_own(processor_name, revision, trust_remote_code)
+            if isinstance(processor, FastpathKimiVisionProcessor):
+                # The checkpoint's processor answers a call whose fast path faulted.
+                processor.patch_name = KimiK25ProcessorPatch.name
+                processor.engine_fallback = functools.partial(
+                    original, processor_name, *args, revision=revision,
+                    trust_remote_code=trust_remote_code, **kwargs,
+                )
+            return processor
         except Exception as exc:  # noqa: BLE001 - fall back to vLLM's own processor
             logger.warning(
                 "vlm_fastpath: Kimi fast processor unavailable for %s (%s: %s); "
