@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,11 +16,16 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     out = tmp_path_factory.mktemp("wheel")
-    build = tmp_path_factory.mktemp("build")
+    src = tmp_path_factory.mktemp("src")
+    # Build from a copy: an in-tree build leaves build/ and *.egg-info in the checkout.
+    for name in ("pyproject.toml", "setup.py", "README.md", "vlm_fastpath.pth"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "vlm_fastpath", src / "vlm_fastpath",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(ROOT)],
-        capture_output=True, text=True, timeout=300, cwd=build,
+         "-w", str(out), str(src)],
+        capture_output=True, text=True, timeout=300, cwd=src,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (wheel,) = out.glob("vlm_fastpath-*.whl")

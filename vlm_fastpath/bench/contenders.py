@@ -196,7 +196,7 @@ def _build(cls: type, cfg: dict[str, Any]) -> Any:
     raise TypeError(f"could not build {cls.__name__}: {'; '.join(errors)}")
 
 
-def _qwen_ours() -> Contender | str:
+def _qwen_class() -> type | str:
     module_name = "vlm_fastpath.qwen_integration"
     try:
         if importlib.util.find_spec(module_name) is None:
@@ -205,61 +205,78 @@ def _qwen_ours() -> Contender | str:
     except Exception as exc:  # noqa: BLE001
         return f"{module_name} failed to import ({_describe(exc)})"
     cls = _qwen_processor_class(module)
-    if cls is None:
-        return f"{module_name} exports no Qwen-VL processor class"
+    return cls if cls is not None else f"{module_name} exports no Qwen-VL processor class"
+
+
+def _qwen_ours(cls: type, hf_processor: Any, hf_class: str) -> Contender | str:
+    """Ours, set up like ``hf_processor`` (same limits, same torchvision or PIL arithmetic)."""
     try:
-        processor = _build(cls, QWEN25_VL_CFG)
+        if hasattr(cls, "from_hf"):
+            processor = cls.from_hf(hf_processor)
+        else:
+            processor = _build(cls, dict(QWEN25_VL_CFG, image_processor_type=hf_class))
     except Exception as exc:  # noqa: BLE001
-        return _describe(exc)
+        return f"{cls.__name__} cannot mirror {hf_class} ({_describe(exc)})"
 
     def run(images: Sequence[Image.Image]) -> Tensors:
         return _tensors(_call_images(processor, images))
 
-    return Contender(OURS, run, f"{module_name}.{cls.__name__}", ours=True)
+    return Contender(OURS, run, f"{cls.__module__}.{cls.__name__}", ours=True)
 
 
-def _qwen_hf(class_name: str, label: str, baseline: bool) -> Contender | str:
-    try:
-        cls = getattr(importlib.import_module("transformers"), class_name)
-        processor = cls(**{k: v for k, v in QWEN25_VL_CFG.items() if k != "image_processor_type"})
-    except Exception as exc:  # noqa: BLE001 - e.g. torchvision missing for the default one
-        return f"transformers {_version('transformers')} {class_name} unavailable ({_describe(exc)})"
-
-    def run(images: Sequence[Image.Image]) -> Tensors:
-        return _tensors(processor(images=list(images), return_tensors="pt"))
-
-    origin = f"transformers {_version('transformers')} {class_name}"
-    return Contender(label, run, origin, baseline=baseline)
+def _qwen_hf(class_name: str) -> Any:
+    cls = getattr(importlib.import_module("transformers"), class_name)
+    return cls(**{k: v for k, v in QWEN25_VL_CFG.items() if k != "image_processor_type"})
 
 
-def qwen_family() -> Family:
-    family = Family("qwen", "Qwen2/2.5-VL image preprocessing")
-    ours = _qwen_ours()
-    if isinstance(ours, str):
-        family.note_absent(OURS, ours)
-        return family
+# transformers 5: the torchvision processor is what engines get from AutoImageProcessor; the
+# PIL one is what SGLang's --image-processor-backend pil selects. Ours mirrors each in turn.
+_QWEN_BACKENDS = (
+    ("qwen-tv", "Qwen2VLImageProcessor", "hf-torchvision"),
+    ("qwen-pil", "Qwen2VLImageProcessorPil", "hf-pil"),
+)
+
+
+def qwen_families() -> list[Family]:
+    """One family per transformers backend: each pairs that processor with ours mirroring it."""
+    cls = _qwen_class()
+    if isinstance(cls, str):
+        family = Family("qwen", "Qwen2/2.5-VL image preprocessing")
+        family.note_absent(OURS, cls)
+        return [family]
     if importlib.util.find_spec("transformers") is None:
+        family = Family("qwen", "Qwen2/2.5-VL image preprocessing")
         family.note_absent("transformers", "transformers is not installed")
-        return family
-    # The torchvision processor is what engines get from AutoImageProcessor in transformers 5.
-    found_baseline = False
-    for class_name, label in (
-        ("Qwen2VLImageProcessor", "hf-torchvision"),
-        ("Qwen2VLImageProcessorPil", "hf-pil"),
-    ):
-        engine = _qwen_hf(class_name, label, baseline=not found_baseline)
-        if isinstance(engine, str):
-            family.note_absent(label, engine)
-        else:
-            found_baseline = found_baseline or engine.baseline
-            family.contenders.append(engine)
-    family.contenders.append(ours)
-    return family
+        return [family]
+    families = []
+    for family_name, class_name, label in _QWEN_BACKENDS:
+        family = Family(family_name, f"Qwen2.5-VL image preprocessing ({class_name})")
+        families.append(family)
+        try:
+            hf_processor = _qwen_hf(class_name)
+        except Exception as exc:  # noqa: BLE001 - e.g. torchvision missing
+            version = _version("transformers")
+            family.note_absent(label, f"transformers {version} {class_name}: {_describe(exc)}")
+            continue
+        ours = _qwen_ours(cls, hf_processor, class_name)
+        if isinstance(ours, str):
+            family.note_absent(OURS, ours)
+            continue
+
+        def run(images: Sequence[Image.Image], hf: Any = hf_processor) -> Tensors:
+            return _tensors(hf(images=list(images), return_tensors="pt"))
+
+        origin = f"transformers {_version('transformers')} {class_name}"
+        family.contenders += [Contender(label, run, origin, baseline=True), ours]
+    return families
 
 
-FAMILIES: dict[str, Callable[[], Family]] = {"kimi": kimi_family, "qwen": qwen_family}
+FAMILIES: dict[str, Callable[[], list[Family]]] = {
+    "kimi": lambda: [kimi_family()],
+    "qwen": qwen_families,
+}
 
 
 def discover(names: Sequence[str]) -> list[Family]:
     """The families asked for, each with its present contenders and absent notes."""
-    return [FAMILIES[name]() for name in names]
+    return [family for name in names for family in FAMILIES[name]()]

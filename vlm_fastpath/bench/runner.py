@@ -93,6 +93,10 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def _same(a: Tensors, b: Tensors) -> bool:
     return len(a) == len(b) and all(
         x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
@@ -117,7 +121,8 @@ def bench_workload(
     first: dict[str, float] = {}
     exact: dict[str, bool | None] = {}
     reference: Tensors | None = None
-    progress.step(f"{label}: {len(order)} contenders, first call + {rounds} rounds each")
+    progress.step(f"{label}: {_plural(len(order), 'contender')}, first call + "
+                  f"{_plural(rounds, 'round')} each")
     for contender in order:
         progress.update(f"{label}: first call, {contender.name}")
         try:
@@ -149,7 +154,8 @@ def bench_workload(
             out, ms = _timed(contender, workload)
             del out
             times[contender.name].append(ms)
-    progress.step(f"{label}: {rounds} rounds x {len(running)} contenders done")
+    done = f"{_plural(rounds, 'round')} x {_plural(len(running), 'contender')}"
+    progress.step(f"{label}: done, {done}")
     return _rows(family, workload, running, first, exact, times), failures
 
 
@@ -164,7 +170,8 @@ def _rows(
     medians = {name: statistics.median(ts) if ts else first[name] for name, ts in times.items()}
     base = next((c.name for c in running if c.baseline), None)
     rows = []
-    for contender in running:
+    # The engine's processor first and ours last: the table reads "theirs, then ours".
+    for contender in sorted(running, key=lambda c: (not c.baseline, c.ours)):
         median = medians[contender.name]
         rows.append(
             Row(

@@ -14,7 +14,6 @@ import numpy as np
 from PIL import Image
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
-DEFAULT_WORKLOADS = ("1x2048x2048", "4x1536x1024")
 _SPEC = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*(?:x\s*(\d+))?\s*$", re.IGNORECASE)
 _MAX_SIDE = 16384
 
@@ -104,5 +103,5 @@ def from_folder(folder: Path) -> tuple[Workload, list[str]]:
         except Exception as exc:  # noqa: BLE001 - a broken file is skipped with its reason
             skipped.append(f"{path.name}: {type(exc).__name__}: {exc}")
     if not images:
-        raise WorkloadError(f"--images {folder}: none of the {len(files)} image files could be read")
+        raise WorkloadError(f"--images {folder}: none of its {len(files)} image files is readable")
     return Workload(f"{folder.name or folder} ({len(images)} images)", tuple(images)), skipped
