@@ -62,8 +62,8 @@ def _noise(w: int, h: int, seed: int) -> np.ndarray:
 def parity_cases(quick: bool, tiny: bool = False) -> list[tuple[str, list[np.ndarray], int, int]]:
     """Kimi-sized cases; ``tiny``: two small ones, for the CPU dry run of check_all.py."""
     if tiny:
-        return [("random 256x192->179x134", [_noise(256, 192, 70)], 179, 134),
-                ("photo 256x192->179x134", [_photo(256, 192, 0)], 179, 134)]
+        return [("random 128x96->89x67", [_noise(128, 96, 70)], 89, 67),
+                ("photo 128x96->89x67", [_photo(128, 96, 0)], 89, 67)]
     n = 1 if quick else 2
     cases = [
         ("random 2048x2048->1795x1795", [_noise(2048, 2048, i) for i in range(n)], 1795, 1795),
@@ -118,8 +118,8 @@ def _encode(array: np.ndarray) -> bytes:
 
 def _workloads(quick: bool, tiny: bool) -> list[tuple[str, list[Any], Any]]:
     if tiny:
-        return [("1x320x240 raw", [_noise(320, 240, 41)], None),
-                ("1x320x240 JPEG", [_encode(_photo(320, 240, 1))], None)]
+        return [("1x224x168 raw", [_noise(224, 168, 41)], None),
+                ("1x224x168 JPEG", [_encode(_photo(224, 168, 1))], None)]
     n = 2 if quick else 4
     return [
         (f"{n}x1536x1024 raw", [_noise(1536, 1024, 40 + i) for i in range(n)], None),
