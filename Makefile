@@ -25,7 +25,8 @@ $(STAMP): pyproject.toml setup.py $(CORE_PINS) vlm_fastpath.pth
 	touch $(STAMP)
 
 # The benchmark runs in the vLLM 0.33.0 env so vLLM's own fused Kimi processor is a contender;
-# then the processor vLLM itself hands out is timed with and without the plugin.
+# then the processor vLLM itself hands out is timed with and without the plugin; then Qwen-VL
+# (ours vs the transformers torchvision and PIL processors).
 BENCH_ENV := .envs/vllm-0.33.0
 BENCH_STAMP := $(BENCH_ENV)/.bench-stamp
 
@@ -34,6 +35,7 @@ bench: venv
 	@$(MAKE) --no-print-directory $(BENCH_STAMP)
 	$(BENCH_ENV)/bin/python -m benchmarks.preprocess
 	$(BENCH_ENV)/bin/python -m benchmarks.vllm_processor
+	$(BENCH_ENV)/bin/python -m benchmarks.qwen_preprocess
 
 $(BENCH_STAMP): ci/bench-requirements.txt
 	$(BENCH_ENV)/bin/pip install -q -r ci/bench-requirements.txt

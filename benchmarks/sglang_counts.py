@@ -1,14 +1,14 @@
 """Transfer counts of SGLang's encoder input path, unpatched vs patched, per pinned release.
 
 Runs each release's real code on the CPU inside ``TransferRecorder`` (a simulated accelerator:
-see ``vlm_fastpath/patches/sglang/_testing.py``): device-to-host syncs per MoonViT forward (the
+see ``tests/support/sglang_cpu.py``): device-to-host syncs per MoonViT forward (the
 real tower, 27 layers, FA3 path with a stand-in kernel) and host-to-device copies per Qwen-VL /
 Kimi batch through the release's own ``_get_chunked_embedding_full``.
 
 Raw-feature copies under encoder data parallelism with CUDA IPC (Kimi K2.5, TP2/TP4/TP8 x 1-8
 distinct images, one request prefilled in two chunks): TP ranks simulated as threads over the
 release's own scheduler-side code with a recording double of its ``CudaIpcTensorTransportProxy``
-(``vlm_fastpath/patches/sglang/_ipc_sim.py``, shared with ``tests/engines/sglang/
+(``tests/support/ipc_sim.py``, shared with ``tests/engines/sglang/
 test_ipc_deferral.py``); every copy of a feature out of the IPC pool, on any rank, counts. The
 simulation doubles the pre-0.5.16 interfaces where our patches apply; releases with the deferral
 built in (0.5.16+, sglang #31227) are reported as "upstream", not simulated.
@@ -49,8 +49,8 @@ def _worker() -> dict:
         except Exception:  # noqa: BLE001 - the copies table then says why
             pass
 
+    from tests.support import sglang_cpu as _testing
     from vlm_fastpath.patches import REGISTRY
-    from vlm_fastpath.patches.sglang import _testing
 
     result = {"version": sglang.__version__, "moonvit": {}, "h2d": {}}
     REGISTRY.revert(engine="sglang")
@@ -124,9 +124,10 @@ def _raw_feature_copies() -> dict:
     try:
         import sglang.srt.managers.schedule_batch as sb
 
-        from vlm_fastpath.patches.sglang import _ipc, _ipc_sim
+        from tests.support import ipc_sim as _ipc_sim
+        from vlm_fastpath.patches.sglang.encoder_dp_ipc import _switches
 
-        reason = _ipc.upstream_has_it(sb)
+        reason = _switches.upstream_has_it(sb)
         if reason is not None:
             return {"upstream": reason}
         return {"table": _ipc_sim.copies_table(TPS, COPY_IMAGES)}

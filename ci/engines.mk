@@ -22,13 +22,17 @@ PKG_STAMP := $(WHEELS)/.built
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 SITE := lib/python3.11/site-packages
 
-.PHONY: test-engines test-vllm envs base-env vllm-envs $(addprefix test-vllm-,$(VLLM_VERSIONS)) \
+# The Qwen-VL processor against the transformers processors the engines hand out (torchvision
+# and PIL backends): the vLLM 0.33.0 env has both (the core env has no torchvision).
+QWEN_ENV := $(ENVS)/vllm-0.33.0
+
+.PHONY: test-engines test-vllm test-qwen envs base-env vllm-envs $(addprefix test-vllm-,$(VLLM_VERSIONS)) \
 	$(addprefix vllm-env-,$(VLLM_VERSIONS)) clean-engine-envs
 .SECONDARY:
 
 # Other engine suites plug in with a ci/engines/<engine>.mk that appends its test target:
 #   ENGINE_SUITES += test-sglang
-ENGINE_SUITES := test-vllm
+ENGINE_SUITES := test-vllm test-qwen
 -include $(wildcard ci/engines/*.mk)
 
 test-engines: $(ENGINE_SUITES)
@@ -81,6 +85,10 @@ $(ENVS)/vllm-%/.pkg-stamp: $(ENVS)/vllm-%/.stamp $(PKG_STAMP)
 $(addprefix test-vllm-,$(VLLM_VERSIONS)): test-vllm-%: $(ENVS)/vllm-%/.pkg-stamp
 	@echo "== engine suite: vllm $* ($(ENVS)/vllm-$*/bin/python)"
 	$(ENVS)/vllm-$*/bin/python -m pytest $(PYTEST_FLAGS) tests/engines/vllm
+
+test-qwen: $(QWEN_ENV)/.pkg-stamp
+	@echo "== qwen-vl parity suite ($(QWEN_ENV)/bin/python, transformers processors)"
+	$(QWEN_ENV)/bin/python -m pytest $(PYTEST_FLAGS) tests/qwen_integration
 
 clean-engine-envs:
 	rm -rf $(ENVS)

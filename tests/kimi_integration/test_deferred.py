@@ -1,4 +1,4 @@
-"""Deferred preprocessing (issue 5, model side): transport decision, payload, owner run.
+"""Deferred preprocessing (model side): transport decision, payload, owner run.
 
 Every deferred result is compared with the eager path (``torch.equal``): for Kimi K2.5 the
 eager path is ``FusedKimiProcessor`` itself; for background fills under the default K2.5

@@ -105,6 +105,10 @@ class KimiMediaConfig:
             raise KimiConfigError(f"no preprocessor config at {file}") from exc
         except json.JSONDecodeError as exc:
             raise KimiConfigError(f"{file} is not valid JSON: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise KimiConfigError(f"{file} is not UTF-8 text (a JSON file is): {exc}") from exc
+        except OSError as exc:
+            raise KimiConfigError(f"cannot read preprocessor config {file}: {exc}") from exc
         if not isinstance(data, dict):
             raise KimiConfigError(f"{file} must hold a JSON object")
         return cls.from_dict(data.get("media_proc_cfg", data))

@@ -56,11 +56,20 @@ def open_encoded(data: bytes | bytearray | memoryview | str | os.PathLike[str]) 
     return image
 
 
+def dtype_advice(kind: str) -> str:
+    """How to turn pixels of a numpy dtype ``kind`` (``"f"``, ``"b"``, ``"i"``...) into uint8."""
+    if kind == "b":
+        return "boolean masks have no pixel scale; map them to 0/255 uint8 yourself"
+    if kind in "iu":
+        return "clip and cast integer pixels to uint8 yourself (values outside 0..255 are ambiguous)"
+    return "convert floats to uint8 yourself (there is no single right rescaling)"
+
+
 def _array_to_image(array: np.ndarray) -> Image.Image:
     if array.dtype != np.uint8:
         raise KimiInputError(
-            f"pixel arrays must be uint8 HWC, got dtype {array.dtype}; convert floats to "
-            "uint8 yourself (there is no single right rescaling)"
+            f"pixel arrays must be uint8 HWC, got dtype {array.dtype}; "
+            f"{dtype_advice(array.dtype.kind)}"
         )
     if array.ndim == 2:
         array = array[:, :, None]
@@ -94,6 +103,20 @@ def _is_tensor(obj: Any) -> bool:
     return type(obj).__module__.startswith("torch") and hasattr(obj, "detach")
 
 
+def tensor_to_numpy(obj: Any) -> np.ndarray:
+    """A host numpy view of a tensor's pixels, refusing tensors that hold no data."""
+    device = getattr(getattr(obj, "device", None), "type", "cpu")
+    if device == "meta":
+        raise KimiInputError(
+            f"pixel tensor of shape {tuple(obj.shape)} is on the 'meta' device and holds no "
+            "data; pass a tensor with real pixels"
+        )
+    try:
+        return obj.detach().cpu().numpy()
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
+        raise KimiInputError(f"cannot read pixels from {obj.dtype} tensor: {exc}") from exc
+
+
 def _unwrap(obj: Any) -> Any:
     # vLLM wraps decoded media as MediaWithBytes(media=..., original_bytes=...).
     if hasattr(obj, "media") and hasattr(obj, "original_bytes"):
@@ -119,10 +142,9 @@ def to_rgb_image(obj: Any) -> Image.Image:
     elif _is_tensor(obj):
         if obj.is_floating_point() or obj.is_complex():
             raise KimiInputError(
-                f"pixel tensors must be uint8 HWC, got dtype {obj.dtype}; convert floats "
-                "to uint8 yourself"
+                f"pixel tensors must be uint8 HWC, got dtype {obj.dtype}; {dtype_advice('f')}"
             )
-        image = _array_to_image(obj.detach().cpu().numpy())
+        image = _array_to_image(tensor_to_numpy(obj))
     elif isinstance(obj, (bytes, bytearray, memoryview, str, os.PathLike)):
         image = open_encoded(obj)
     else:

@@ -36,6 +36,8 @@ class PatchResult:
     status: PatchStatus
     reason: str = ""
     engine_version: str | None = None
+    # Decided only for want of a dependency: re-evaluated whenever the registry applies.
+    waiting: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +116,19 @@ class PatchContext:
     def __len__(self) -> int:
         return sum(1 for owner, _, _ in self._changes if owner is not _SWEEP)
 
+    def slots(self) -> dict[tuple[int, str], str]:
+        """Every attribute this context changed: ``(id(owner), name)`` -> a readable name.
+
+        The registry compares slots to find patches stacked on the same attribute.
+        """
+        found = {}
+        for owner, name, _ in self._changes:
+            if owner is _SWEEP:
+                continue
+            label = getattr(owner, "__qualname__", None) or getattr(owner, "__name__", None)
+            found[(id(owner), name)] = f"{label or type(owner).__name__}.{name}"
+        return found
+
 
 class Patch:
     """Base class: subclasses fill the metadata and implement the three hooks.
@@ -126,9 +141,13 @@ class Patch:
     engine: ClassVar[str]  # "vllm" or "sglang"
     versions: ClassVar[str]  # PEP 440 specifier of engine versions that need the patch
     trigger: ClassVar[str]  # module whose import makes the patch applicable
-    modules: ClassVar[tuple[str, ...]] = ()  # upstream modules the patch touches
-    upstream_pr: ClassVar[str] = ""
+    modules: ClassVar[tuple[str, ...]] = ()  # upstream modules it touches (doctor --module)
+    upstream_pr: ClassVar[str] = ""  # "owner/repo#N" of the upstream change, or "" if none
     summary: ClassVar[str] = ""
+    # Dependencies are data the registry checks (never comments):
+    after: ClassVar[tuple[str, ...]] = ()  # apply after these (they wrap what we then wrap)
+    requires: ClassVar[tuple[str, ...]] = ()  # each must be applied, else "not-needed"
+    requires_any: ClassVar[tuple[str, ...]] = ()  # at least one must be applied
 
     def upstream_equivalent(self) -> str | None:
         """Reason string if the running engine already does what this patch does."""

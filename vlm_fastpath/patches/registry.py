@@ -3,6 +3,13 @@
 Every public entry point is thread-safe (one re-entrant lock), idempotent, and catches
 everything a patch raises: a patch that cannot apply is undone, logged once, and reported as
 ``failed`` while the engine keeps running with its own code.
+
+Order and dependencies are data on the patches (``after``, ``requires``, ``requires_any``):
+patches apply in a topological order of those edges (catalog order breaks ties), a patch
+whose requirement is not applied reports ``not-needed`` with the reason, and the registry keeps
+every attribute's wrapper stack in that order. ``revert(patches=[x])`` also reverts every patch
+stacked on top of x (applied later on one of the same attributes) and every patch that
+requires x, so ``status()`` always describes what is really installed.
 """
 
 from __future__ import annotations
@@ -16,21 +23,15 @@ from collections.abc import Iterable
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from .. import settings
 from .._log import get_logger
 from .base import Patch, PatchContext, PatchResult, PatchStatus
-from .catalog import PATCH_MODULES
+from .catalog import PATCH_FOLDERS
 from .engine_versions import engine_version, release_of
 
 logger = get_logger("vlm_fastpath.patches")
 
 ENGINES = ("vllm", "sglang")
-
-
-def _csv_env(name: str) -> set[str] | None:
-    value = os.environ.get(name)
-    if value is None or not value.strip():
-        return None
-    return {item.strip() for item in value.split(",") if item.strip()}
 
 
 def trigger_absent(trigger: str) -> bool:
@@ -50,7 +51,46 @@ def trigger_absent(trigger: str) -> bool:
 
 def globally_disabled() -> bool:
     """``VLM_FASTPATH=0`` (or false/off/no) turns every patch off."""
-    return os.environ.get("VLM_FASTPATH", "1").strip().lower() in ("0", "false", "off", "no")
+    return not settings.enabled()
+
+
+def patch_modules(folder: str) -> tuple[str, ...]:
+    """The patch modules of one folder, in the order its ``__init__`` lists them."""
+    package = importlib.import_module(folder)
+    return tuple(f"{folder}.{name}" for name in getattr(package, "PATCH_MODULES", ()))
+
+
+def dependencies(patch: Patch) -> tuple[str, ...]:
+    return (*patch.after, *patch.requires, *patch.requires_any)
+
+
+def topological_order(patches: list[Patch]) -> tuple[list[Patch], set[str]]:
+    """``patches`` ordered so every dependency comes first (ties: the given order).
+
+    Returns the order and the names caught in a dependency cycle (left out of the order).
+    Dependencies on names that are not registered impose no order.
+    """
+    by_name = {p.name: p for p in patches}
+    index = {p.name: i for i, p in enumerate(patches)}
+    indegree = {p.name: 0 for p in patches}
+    dependents: dict[str, list[str]] = {p.name: [] for p in patches}
+    for patch in patches:
+        for dep in set(dependencies(patch)):
+            if dep in by_name and dep != patch.name:
+                indegree[patch.name] += 1
+                dependents[dep].append(patch.name)
+    ready = sorted((n for n, d in indegree.items() if d == 0), key=index.__getitem__)
+    order: list[Patch] = []
+    while ready:
+        name = ready.pop(0)
+        order.append(by_name[name])
+        for child in dependents[name]:
+            indegree[child] -= 1
+            if indegree[child] == 0:
+                ready.append(child)
+        ready.sort(key=index.__getitem__)
+    cyclic = {n for n, d in indegree.items() if d > 0}
+    return order, cyclic
 
 
 class PatchRegistry:
@@ -61,6 +101,10 @@ class PatchRegistry:
         self._patches: dict[str, Patch] = {}
         self._results: dict[str, PatchResult] = {}
         self._contexts: dict[str, PatchContext] = {}
+        self._applied_seq: list[str] = []  # applied patches, oldest first
+        self._order: list[Patch] | None = None
+        self._cyclic: set[str] = set()
+        self._logged: set[tuple[str, str]] = set()  # (name, status) already logged
         self._loaded_catalog = False
 
     # -- registration -----------------------------------------------------------------
@@ -73,42 +117,86 @@ class PatchRegistry:
             self._results.setdefault(
                 patch.name, PatchResult(patch.name, patch.engine, PatchStatus.PENDING)
             )
+            self._order = None
         return patch
 
     def load_catalog(self) -> None:
-        """Import our patch modules (cheap: they import no engine at module level)."""
+        """Import our patch folders and their modules (cheap: no engine import)."""
         with self._lock:
             if self._loaded_catalog:
                 return
             self._loaded_catalog = True
-            for module_name in PATCH_MODULES:
+            for folder in PATCH_FOLDERS:
                 try:
-                    importlib.import_module(module_name)
-                except Exception as exc:  # noqa: BLE001 - a broken patch module must not spread
-                    logger.warning("vlm_fastpath: cannot load %s: %s", module_name, exc)
+                    modules = patch_modules(folder)
+                except Exception as exc:  # noqa: BLE001 - a broken folder must not spread
+                    logger.warning("vlm_fastpath: cannot load %s: %s", folder, exc)
+                    continue
+                for module_name in modules:
+                    try:
+                        importlib.import_module(module_name)
+                    except Exception as exc:  # noqa: BLE001
+                        logger.warning("vlm_fastpath: cannot load %s: %s", module_name, exc)
+
+    def ordered(self) -> list[Patch]:
+        """Every registered patch in apply order (dependencies first)."""
+        with self._lock:
+            if self._order is None:
+                self._order, self._cyclic = topological_order(list(self._patches.values()))
+                self._order += [self._patches[n] for n in self._patches if n in self._cyclic]
+            return list(self._order)
 
     def patches(self, engine: str | None = None) -> list[Patch]:
         self.load_catalog()
-        with self._lock:
-            return [p for p in self._patches.values() if engine in (None, p.engine)]
+        return [p for p in self.ordered() if engine in (None, p.engine)]
 
     def get(self, name: str) -> Patch:
         self.load_catalog()
         with self._lock:
             return self._patches[name]
 
+    def touching(self, upstream_module: str) -> list[Patch]:
+        """Every patch whose metadata says it changes ``upstream_module``."""
+        return [p for p in self.patches() if upstream_module in (*p.modules, p.trigger)]
+
     # -- decisions ----------------------------------------------------------------------
     def _user_disabled(self, patch: Patch, allowed: set[str] | None) -> str | None:
         if globally_disabled():
             return "VLM_FASTPATH=0"
-        only = _csv_env("VLM_FASTPATH_PATCHES")
+        only = settings.only_patches()
         if only is not None and patch.name not in only:
             return "not listed in VLM_FASTPATH_PATCHES"
-        skip = _csv_env("VLM_FASTPATH_SKIP")
+        skip = settings.skipped_patches()
         if skip is not None and patch.name in skip:
             return "listed in VLM_FASTPATH_SKIP"
         if allowed is not None and patch.name not in allowed:
             return "not selected by apply(patches=...)"
+        return None
+
+    def _describe(self, name: str) -> str:
+        state = self._results.get(name)
+        if state is None:
+            return f"{name}: not registered"
+        return f"{name}: {state.status.value}"
+
+    def _unmet_dependency(self, patch: Patch) -> tuple[PatchStatus, str] | None:
+        """Why ``patch`` must wait (pending) or stand aside (not-needed) for a dependency."""
+        if patch.name in self._cyclic:
+            return PatchStatus.FAILED, "dependency cycle through " + ", ".join(sorted(self._cyclic))
+        for dep in patch.requires:
+            state = self._results.get(dep)
+            if state is None or state.status is not PatchStatus.APPLIED:
+                if state is not None and state.status is PatchStatus.PENDING:
+                    return PatchStatus.PENDING, f"waiting for {dep}, which it requires"
+                return PatchStatus.NOT_NEEDED, f"requires {self._describe(dep)}"
+        if patch.requires_any:
+            states = [self._results.get(dep) for dep in patch.requires_any]
+            if not any(s is not None and s.status is PatchStatus.APPLIED for s in states):
+                names = ", ".join(patch.requires_any)
+                if any(s is not None and s.status is PatchStatus.PENDING for s in states):
+                    return PatchStatus.PENDING, f"waiting for one of {names}"
+                seen = "; ".join(self._describe(dep) for dep in patch.requires_any)
+                return PatchStatus.NOT_NEEDED, f"needs one of {names} applied ({seen})"
         return None
 
     def _evaluate(self, patch: Patch, allowed: set[str] | None) -> PatchResult:
@@ -142,6 +230,11 @@ class PatchRegistry:
                 result.status = PatchStatus.UNSUPPORTED_VERSION
                 result.reason = f"{patch.engine} {version} is outside {patch.versions}"
                 return result
+            unmet = self._unmet_dependency(patch)
+            if unmet is not None:
+                result.status, result.reason = unmet
+                result.waiting = True
+                return result
             not_needed = patch.not_needed()
             if not_needed:
                 result.status, result.reason = PatchStatus.NOT_NEEDED, not_needed
@@ -150,24 +243,104 @@ class PatchRegistry:
             result.status = PatchStatus.FAILED
             result.reason = f"detector raised {type(exc).__name__}: {exc}"
             return result
+        failure = self._install(patch)
+        if failure:
+            result.status, result.reason = PatchStatus.FAILED, failure
+            logger.warning(
+                "vlm_fastpath: patch %s not applied (%s); %s left untouched",
+                patch.name,
+                failure,
+                patch.engine,
+            )
+            return result
+        result.status = PatchStatus.APPLIED
+        result.reason = patch.summary
+        return result
+
+    # -- the wrapper stacks ---------------------------------------------------------------
+    def _run_apply(self, patch: Patch) -> tuple[PatchContext | None, str]:
         ctx = PatchContext()
         try:
             patch.apply(ctx)
         except Exception as exc:  # noqa: BLE001
             ctx.undo()
-            result.status = PatchStatus.FAILED
-            result.reason = f"{type(exc).__name__}: {exc}"
-            logger.warning(
-                "vlm_fastpath: patch %s not applied (%s); %s left untouched",
-                patch.name,
-                result.reason,
-                patch.engine,
-            )
-            return result
+            return None, f"{type(exc).__name__}: {exc}"
+        return ctx, ""
+
+    def _install(self, patch: Patch) -> str:
+        """Apply ``patch`` in its place in the order; returns a failure reason or "".
+
+        If a patch that comes later in the order already wraps one of the attributes this one
+        changes, those patches are taken off first and put back on top afterwards, so every
+        attribute's stack follows the order whatever order the triggers imported in.
+        """
+        ctx, failure = self._run_apply(patch)
+        if ctx is None:
+            return failure
+        position = {p.name: i for i, p in enumerate(self.ordered())}
+        mine = position.get(patch.name, len(position))
+        later = [n for n in self._applied_seq if position.get(n, -1) > mine]
+        overlap = set(ctx.slots())
+        above = self._stacked_above_slots(overlap, later)
+        if above:
+            ctx.undo()
+            lifted = self._take_off(above)
+            ctx, failure = self._run_apply(patch)
+            if ctx is not None:
+                self._contexts[patch.name] = ctx
+                self._applied_seq.append(patch.name)
+            self._put_back(lifted)
+            return failure
         self._contexts[patch.name] = ctx
-        result.status = PatchStatus.APPLIED
-        result.reason = patch.summary
-        return result
+        self._applied_seq.append(patch.name)
+        return ""
+
+    def _stacked_above_slots(self, slots: set, candidates: list[str]) -> list[str]:
+        """Applied patches among ``candidates`` that touch ``slots``, with what they carry."""
+        picked = [n for n in candidates if slots & set(self._contexts[n].slots())]
+        return self._closure(picked) if picked else []
+
+    def _closure(self, names: Iterable[str]) -> list[str]:
+        """``names`` plus every applied patch stacked on them or requiring them, oldest first."""
+        chosen = set(names)
+        changed = True
+        while changed:
+            changed = False
+            for name in self._applied_seq:
+                if name in chosen:
+                    continue
+                patch = self._patches[name]
+                needs = set(patch.requires) | set(patch.requires_any)
+                if needs & chosen:
+                    chosen.add(name)
+                    changed = True
+                    continue
+                mine = set(self._contexts[name].slots())
+                earlier = self._applied_seq[: self._applied_seq.index(name)]
+                if any(o in chosen and mine & set(self._contexts[o].slots()) for o in earlier):
+                    chosen.add(name)
+                    changed = True
+        return [n for n in self._applied_seq if n in chosen]
+
+    def _take_off(self, names: list[str]) -> list[str]:
+        """Undo ``names`` (an applied, closed set), newest first; returns them oldest first."""
+        for name in reversed(names):
+            self._contexts.pop(name).undo()
+            self._applied_seq.remove(name)
+        return names
+
+    def _put_back(self, names: list[str]) -> None:
+        for name in names:
+            ctx, failure = self._run_apply(self._patches[name])
+            if ctx is None:
+                patch = self._patches[name]
+                self._results[name] = PatchResult(
+                    name, patch.engine, PatchStatus.FAILED, f"re-stacking failed: {failure}",
+                    engine_version(patch.engine),
+                )
+                continue
+            self._contexts[name] = ctx
+            self._applied_seq.append(name)
 
     # -- public operations ---------------------------------------------------------------
     def apply(
@@ -177,40 +350,72 @@ class PatchRegistry:
         *,
         trigger: str | None = None,
     ) -> list[PatchResult]:
-        """Apply every eligible patch whose trigger module is imported; idempotent."""
+        """Apply every eligible patch whose trigger module is imported; idempotent.
+
+        ``trigger`` (the import hook's) limits the pass to patches of that module, plus those
+        waiting for a dependency, which are re-decided on every pass.
+        """
         allowed = set(patches) if patches is not None else None
         changed: list[PatchResult] = []
         with self._lock:
             for patch in self.patches(engine):
-                if trigger is not None and patch.trigger != trigger:
-                    continue
                 current = self._results[patch.name]
                 if current.status is PatchStatus.APPLIED:
                     continue
+                if trigger is not None and patch.trigger != trigger and not current.waiting:
+                    continue
                 if current.status is not PatchStatus.PENDING and allowed is None:
-                    continue  # already decided in this process
+                    if not current.waiting:
+                        continue  # already decided in this process
                 result = self._evaluate(patch, allowed)
-                if result.status is not current.status or result.reason != current.reason:
+                if (
+                    result.status is not current.status
+                    or result.reason != current.reason
+                    or result.waiting != current.waiting
+                ):
                     self._results[patch.name] = result
                     if result.status is not PatchStatus.PENDING:
                         changed.append(result)
             if changed:
-                self._log_summary(changed)
+                self._log_outcomes(changed)
             return [self._results[p.name] for p in self.patches(engine)]
 
-    def revert(self, engine: str | None = None, patches: Iterable[str] | None = None) -> None:
-        """Undo applied patches (restoring the exact original objects) and forget decisions."""
+    def revert(
+        self, engine: str | None = None, patches: Iterable[str] | None = None
+    ) -> list[str]:
+        """Undo patches (restoring the exact original objects) and forget their decisions.
+
+        With ``patches``, every applied patch stacked on one of them (applied later on one of
+        the same attributes) or requiring one of them is reverted too: a wrapper is never left
+        in place under a reverted one. Returns the names of the patches taken off, and logs
+        the ones that were not asked for.
+        """
         wanted = set(patches) if patches is not None else None
         with self._lock:
-            for patch in reversed(self.patches(engine)):
-                if wanted is not None and patch.name not in wanted:
-                    continue
-                ctx = self._contexts.pop(patch.name, None)
-                if ctx is not None:
-                    ctx.undo()
-                self._results[patch.name] = PatchResult(
-                    patch.name, patch.engine, PatchStatus.PENDING
+            selected = [p.name for p in self.patches(engine)]
+            if wanted is not None:
+                selected = [n for n in selected if n in wanted]
+            applied = [n for n in self._applied_seq if n in selected]
+            off = self._take_off(self._closure(applied)) if applied else []
+            extra = [n for n in off if n not in selected]
+            if extra:
+                logger.info(
+                    "vlm_fastpath: also reverted %s (stacked on or requiring %s)",
+                    ", ".join(extra),
+                    ", ".join(n for n in off if n in selected),
                 )
+            for name in {*selected, *off}:
+                patch = self._patches[name]
+                reason = "reverted with " + ", ".join(selected) if name in extra else ""
+                self._results[name] = PatchResult(
+                    name, patch.engine, PatchStatus.PENDING, reason
+                )
+            return off
+
+    def installed(self) -> list[str]:
+        """Applied patches, in the order they are stacked (oldest first)."""
+        with self._lock:
+            return list(self._applied_seq)
 
     def status(self, engine: str | None = None) -> list[PatchResult]:
         """Current state of every patch, refreshing the reason of those still pending."""
@@ -218,7 +423,7 @@ class PatchRegistry:
             out = []
             for patch in self.patches(engine):
                 result = self._results[patch.name]
-                if result.status is PatchStatus.PENDING:
+                if result.status is PatchStatus.PENDING and not result.waiting:
                     preview = PatchResult(patch.name, patch.engine, PatchStatus.PENDING)
                     preview.engine_version = engine_version(patch.engine)
                     disabled = self._user_disabled(patch, None)
@@ -232,16 +437,30 @@ class PatchRegistry:
                             f"{patch.engine} {preview.engine_version} has no module "
                             f"{patch.trigger}"
                         )
+                    elif result.reason:
+                        preview.reason = result.reason
+                    elif patch.trigger in sys.modules:
+                        preview.reason = "not decided yet: the next apply() decides"
                     else:
                         preview.reason = f"waiting for {patch.trigger} to be imported"
                     result = preview
                 out.append(result)
             return out
 
-    def _log_summary(self, changed: list[PatchResult]) -> None:
+    def _log_outcomes(self, changed: list[PatchResult]) -> None:
+        """One INFO line per batch naming each outcome not yet logged in this process."""
         groups: dict[str, list[str]] = {}
         for result in changed:
-            groups.setdefault(result.status.value, []).append(result.name)
+            key = (result.name, result.status.value)
+            if key in self._logged:
+                continue
+            self._logged.add(key)
+            label = result.name
+            if result.status is not PatchStatus.APPLIED and result.reason:
+                label = f"{result.name} ({result.reason})"
+            groups.setdefault(result.status.value, []).append(label)
+        if not groups:
+            return
         text = "; ".join(f"{status}: {', '.join(names)}" for status, names in groups.items())
         logger.info("vlm_fastpath (pid %d): %s", os.getpid(), text)
 

@@ -46,7 +46,7 @@ EXPECTED = {
                PROC: "unsupported-version"},
 }
 
-# deferred CUDA-IPC reconstruction under encoder DP (issue 4 item 4): upstream from 0.5.16
+# deferred CUDA-IPC reconstruction under encoder DP: upstream from 0.5.16
 IPC = (
     "sglang-ipc-consumer-count",
     "sglang-ipc-deferred-reconstruction",
@@ -72,13 +72,13 @@ for _version, _statuses in (
 ):
     EXPECTED[_version].update(zip(QWEN_IPC, _statuses, strict=True))
 
-# Kimi K2.5 deferred preprocessing (issue 5): no upstream equivalent for K2.5
+# Kimi K2.5 deferred preprocessing: no upstream equivalent for K2.5
 DEFER = ("sglang-kimi-k25-deferred-owner", "sglang-kimi-k25-deferred-sender")
 for _version, _status in (("0.5.12.post1", "applied"), ("0.5.15.post1", "applied"),
                           ("0.5.17", "applied"), ("0.5.23", "unsupported-version")):
     EXPECTED[_version].update(dict.fromkeys(DEFER, _status))
 
-# Kimi K3 deferred preprocessing (issue 5): 0.5.17 only; upstream from 0.5.18. Releases before
+# Kimi K3 deferred preprocessing: 0.5.17 only; upstream from 0.5.18. Releases before
 # 0.5.17 have no K3 module: the registry sees the trigger is absent ("not-needed").
 # The engine fixture imports the K3 modules where they exist, so statuses do not depend on
 # test order.
@@ -144,7 +144,7 @@ def patched(engine):
 
 @pytest.fixture(scope="session")
 def kimi_model(engine):
-    from vlm_fastpath.patches.sglang import _testing
+    from tests.support import sglang_cpu as _testing
 
     REGISTRY.revert(engine="sglang")
     try:

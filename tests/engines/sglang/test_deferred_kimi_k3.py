@@ -158,7 +158,7 @@ class _Tower(torch.nn.Module):
 def _model():
     import sglang.srt.models.kimi_k3 as kimi
 
-    from vlm_fastpath.patches.sglang import _testing
+    from tests.support import sglang_cpu as _testing
 
     _testing.setup_sglang_cpu()
     model = kimi.KimiK3ForConditionalGeneration.__new__(kimi.KimiK3ForConditionalGeneration)
@@ -247,7 +247,9 @@ def test_mixed_deferred_and_eager_items(deferred):
 
 
 def test_rule_at_its_boundary(deferred):
-    import vlm_fastpath.patches.sglang.multimodal_processors_kimi_k3_deferred as sender
+    from vlm_fastpath.patches.sglang.deferred_preprocessing import (
+        multimodal_processors_kimi_k3 as sender,
+    )
 
     cfg = dict(CFG, in_patch_limit=4)
     wrapper = _wrapper(CHESSBOARD, cfg)
@@ -286,7 +288,9 @@ def test_off_and_auto_modes(deferred):
     import sglang.srt.multimodal.processors.kimi_k3 as proc
 
     g = proc.__dict__
-    import vlm_fastpath.patches.sglang.multimodal_processors_kimi_k3_deferred as sender
+    from vlm_fastpath.patches.sglang.deferred_preprocessing import (
+        multimodal_processors_kimi_k3 as sender,
+    )
 
     assert not sender.should_defer(wrapper, [image], g)
     deferred.delenv("VLM_FASTPATH_DEFER", raising=False)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tests.support import sglang_cpu as _testing
 from vlm_fastpath.patches import REGISTRY
-from vlm_fastpath.patches.sglang import _testing
 
 
 def bundled_items():

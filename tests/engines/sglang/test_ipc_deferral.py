@@ -1,8 +1,8 @@
-"""Deferred CUDA-IPC reconstruction under encoder DP (issue 4 item 4), on the release's own code.
+"""Deferred CUDA-IPC reconstruction under encoder DP, on the release's own code.
 
 The simulation (TP ranks as threads, a recording double of the release's
 ``CudaIpcTensorTransportProxy``, the request runner) lives in
-``vlm_fastpath/patches/sglang/_ipc_sim.py`` (shared with ``benchmarks/sglang_counts.py``): every
+``tests/support/ipc_sim.py`` (shared with ``benchmarks/sglang_counts.py``): every
 rank deserializes its own copies of a request's items, which go through the release's
 ``MultimodalInputs.from_processor_output``, its ``_get_chunked_embedding_by_item`` with one
 embedding cache per rank, the real ``KimiK25ForConditionalGeneration.get_image_feature`` and
@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support import ipc_sim as _ipc_sim
 from vlm_fastpath.patches import REGISTRY
-from vlm_fastpath.patches.sglang import _ipc_sim
 
 from .conftest import EXPECTED
 from .conftest import IPC as IPC_PATCHES
@@ -121,7 +121,7 @@ def test_revert_restores_exact_originals(ipc_engine):
     import sglang.srt.multimodal.processors.base_processor as bp
     import sglang.srt.utils.cuda_ipc_transport_utils as transport
 
-    from vlm_fastpath.patches.sglang import _ipc
+    from vlm_fastpath.patches.sglang.encoder_dp_ipc import _switches
 
     REGISTRY.revert(engine="sglang")
     owners = {
@@ -137,12 +137,12 @@ def test_revert_restores_exact_originals(ipc_engine):
     kimi_run = kimi.run_dp_sharded_mrope_vision_model
     REGISTRY.apply(engine="sglang")
     assert kimi.run_dp_sharded_mrope_vision_model is not kimi_run
-    assert _ipc.SWITCHES.all_on()
+    assert _switches.SWITCHES.all_on()
     assert sb.MultimodalDataItem.acknowledge_deferred_cuda_ipc_feature
     REGISTRY.revert(engine="sglang")
     assert kimi.run_dp_sharded_mrope_vision_model is kimi_run
-    assert not _ipc.SWITCHES.all_on()
-    assert not any(vars(_ipc.SWITCHES).values())
+    assert not _switches.SWITCHES.all_on()
+    assert not any(vars(_switches.SWITCHES).values())
     for key, owner in owners.items():
         after = dict(vars(owner))
         assert after.keys() == before[key].keys(), key

@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support import ipc_sim as _ipc_sim
 from vlm_fastpath.patches import REGISTRY
-from vlm_fastpath.patches.sglang import _ipc, _ipc_sim
+from vlm_fastpath.patches.sglang.encoder_dp_ipc import _switches
 
 from .conftest import EXPECTED
 
@@ -125,8 +126,8 @@ def test_marker_only_for_covered_architectures_and_images(ipc_engine):
 
     import sglang.srt.managers.schedule_batch as sb
 
-    from vlm_fastpath.patches.sglang import _testing
-    from vlm_fastpath.patches.sglang.multimodal_processors_base_processor import (
+    from tests.support import sglang_cpu as _testing
+    from vlm_fastpath.patches.sglang.encoder_dp_ipc.multimodal_processors_base_processor import (
         mark_qwen_deferrable,
     )
 
@@ -151,8 +152,8 @@ def test_marker_only_for_covered_architectures_and_images(ipc_engine):
     on = {"SGL_USE_CUDA_IPC": True}
     got = items()
     assert mark_qwen_deferrable(processor("Qwen3VLMoeForConditionalGeneration"), got, on) == 1
-    assert got[0].model_specific_data[_ipc.OWNER_KEY] == "Qwen3VLMoeForConditionalGeneration"
-    assert _ipc.DEFER_KEY not in got[1].model_specific_data  # videos stay eager
+    assert got[0].model_specific_data[_switches.OWNER_KEY] == "Qwen3VLMoeForConditionalGeneration"
+    assert _switches.DEFER_KEY not in got[1].model_specific_data  # videos stay eager
     assert mark_qwen_deferrable(processor("Qwen2VLForConditionalGeneration"), items(), on) == 0
     assert mark_qwen_deferrable(processor("Qwen2_5_VLForConditionalGeneration", False),
                                 items(), on) == 0
@@ -175,13 +176,13 @@ def test_revert_restores_exact_originals(ipc_engine):
     }
     before = {k: dict(vars(v)) for k, v in owners.items()}
     REGISTRY.apply(engine="sglang")
-    assert _ipc.SWITCHES.qwen2_5_owner and _ipc.SWITCHES.qwen3_owner
-    for arch, (mod, cls, _) in _ipc.QWEN_OWNERS.items():
-        assert _ipc.owner_in_place(mod, cls), arch
+    assert _switches.SWITCHES.qwen2_5_owner and _switches.SWITCHES.qwen3_owner
+    for arch, (mod, cls, _) in _switches.QWEN_OWNERS.items():
+        assert _switches.owner_in_place(mod, cls), arch
     REGISTRY.revert(engine="sglang")
-    assert not any(vars(_ipc.SWITCHES).values())
-    for arch, (mod, cls, _) in _ipc.QWEN_OWNERS.items():
-        assert not _ipc.owner_in_place(mod, cls), arch
+    assert not any(vars(_switches.SWITCHES).values())
+    for arch, (mod, cls, _) in _switches.QWEN_OWNERS.items():
+        assert not _switches.owner_in_place(mod, cls), arch
     for key, owner in owners.items():
         after = dict(vars(owner))
         assert after.keys() == before[key].keys(), key

@@ -7,8 +7,8 @@ import itertools
 import pytest
 import torch
 
+from tests.support import sglang_cpu as _testing
 from vlm_fastpath.patches import REGISTRY
-from vlm_fastpath.patches.sglang import _testing
 
 DEVICE = torch.device("meta")  # the stand-in accelerator (mapped to the CPU by the recorder)
 _hashes = itertools.count(1_000_003)
@@ -120,7 +120,7 @@ def test_other_models_unchanged(engine):
 
 
 def test_batched_move_mixed_shapes():
-    from vlm_fastpath.patches.sglang.managers_mm_utils import batched_move_to_device
+    from vlm_fastpath.patches.sglang.batched_h2d.managers_mm_utils import batched_move_to_device
 
     class Item:
         def __init__(self, feature):

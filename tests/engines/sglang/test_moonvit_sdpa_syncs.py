@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support import sglang_cpu as _testing
 from vlm_fastpath.patches import REGISTRY
-from vlm_fastpath.patches.sglang import _testing
 
 GRIDS = [(1, 4, 4), (1, 8, 6), (1, 6, 6)]
 SDPA = "sglang-moonvit-sdpa-host-cu-seqlens"
@@ -88,21 +88,21 @@ def test_sdpa_host_mask_is_ignored_when_it_disagrees(engine, sdpa_model):
     """A host grid that does not describe the call's ``cu_seqlens`` is never used."""
     if engine["version"] not in UNPATCHED_SYNCS:
         pytest.skip(f"the SDPA patch does not apply to sglang {engine['version']}")
-    from vlm_fastpath.patches.sglang import _common
+    from vlm_fastpath.patches.sglang.vision_max_seqlen import _host_seqlens
 
     attn = sdpa_model.vision_tower.encoder.blocks[0].attn.qkv_backend
     q = torch.randn(10, 2, 16)
     cu = torch.tensor([0, 4, 10], dtype=torch.int32)
     REGISTRY.revert(engine="sglang")
-    expected = attn(q, q, q, bsz=1, cu_seqlens=cu, max_seqlen=_common.HostMaxSeqlen(6))
+    expected = attn(q, q, q, bsz=1, cu_seqlens=cu, max_seqlen=_host_seqlens.HostMaxSeqlen(6))
     REGISTRY.apply(engine="sglang")
     try:
-        wrong = _common.HostSeqlens(torch.tensor([[1, 2, 5]]))  # one segment of 10
-        token = _common.HOST_SEQLENS.set(wrong)
+        wrong = _host_seqlens.HostSeqlens(torch.tensor([[1, 2, 5]]))  # one segment of 10
+        token = _host_seqlens.HOST_SEQLENS.set(wrong)
         try:
-            got = attn(q, q, q, bsz=1, cu_seqlens=cu, max_seqlen=_common.HostMaxSeqlen(6))
+            got = attn(q, q, q, bsz=1, cu_seqlens=cu, max_seqlen=_host_seqlens.HostMaxSeqlen(6))
         finally:
-            _common.HOST_SEQLENS.reset(token)
+            _host_seqlens.HOST_SEQLENS.reset(token)
     finally:
         REGISTRY.revert(engine="sglang")
     assert torch.equal(expected, got)

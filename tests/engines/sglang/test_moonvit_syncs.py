@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from tests.support import sglang_cpu as _testing
 from vlm_fastpath.patches import REGISTRY
-from vlm_fastpath.patches.sglang import _testing
 
 GRIDS = [(1, 4, 4), (1, 8, 6), (1, 6, 6)]
 # 27 per-layer .item() + 3 .tolist() before 0.5.16 (shared/UPSTREAM.md section 2); 0 after.

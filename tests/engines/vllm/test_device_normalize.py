@@ -36,7 +36,7 @@ MIB = 1024 * 1024
 
 
 def _patch_module():
-    return sys.modules["vlm_fastpath.patches.vllm.models_kimi_k25_device_normalize"]
+    return sys.modules["vlm_fastpath.patches.vllm.device_normalize.models_kimi_k25"]
 
 
 def _status() -> dict[str, dict]:

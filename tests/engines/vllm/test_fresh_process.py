@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[3]
 FUSED_UPSTREAM = Version("0.25")
 UINT8_UPSTREAM = Version("0.32")  # vLLM normalizes Kimi pixels on the device itself
 MAX_SEQLEN_UPSTREAM = Version("0.23")  # MoonViT max_seqlen on the host
-OURS = "vlm_fastpath.patches.vllm._kimi_adapter.FastpathKimiVisionProcessor"
+OURS = "vlm_fastpath.patches.vllm.kimi_processor.adapter.FastpathKimiVisionProcessor"
 
 
 def _probe(scenario: str, model_dir: Path, **env: str) -> dict:

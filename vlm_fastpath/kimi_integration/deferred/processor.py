@@ -42,7 +42,8 @@ import numpy as np
 import torch
 
 from ..config import KimiMediaConfig
-from ..errors import DeferredPayloadError, KimiInputError
+from ..errors import DeferredPayloadError, KimiConfigError, KimiInputError
+from ..navit_resize import plan_image, plan_video_chunk
 from ..processor import FusedKimiProcessor, _frames_of
 from .background import BackgroundConfig, fill_transparent_bg
 from .k3 import k3_frames, k3_normalization, k3_stage
@@ -54,9 +55,11 @@ from .transport import (
     FramePayload,
     TransportDecision,
     TransportForm,
+    check_frame_pixels,
     check_recipe,
     decide_media,
     decode_frame,
+    decode_fully,
     decoder_fingerprint,
     inspect_frame,
     to_chw_uint8,
@@ -203,12 +206,19 @@ class DeferredKimiProcessor:
                 item.pixel_values = pixels.contiguous()
             else:
                 for frame, info, form in zip(frames, infos, decision.frame_forms, strict=True):
+                    size = {"width": info.width, "height": info.height}
                     if form is TransportForm.ENCODED:
-                        item.frames.append(FramePayload(form, info.encoded))
+                        assert info.encoded is not None and info.raw_channels is not None
+                        decode_fully(info.encoded)  # a corrupt file fails here, not on the owner
+                        item.frames.append(FramePayload(
+                            form, info.encoded, channels=info.raw_channels, mode=info.mode, **size
+                        ))
                     else:
                         chw = to_chw_uint8(frame, self.background, recipe=self.recipe)
                         assert chw is not None and chw.shape[0] == info.raw_channels
-                        item.frames.append(FramePayload(TransportForm.RAW, chw))
+                        item.frames.append(FramePayload(
+                            TransportForm.RAW, chw, channels=int(chw.shape[0]), **size
+                        ))
             out.append(item)
         return DeferredPayload(
             medias=out,
@@ -260,9 +270,25 @@ class DeferredKimiProcessor:
                     raise DeferredPayloadError(
                         f"media has {len(media.frames)} frames, its plan says {expected}"
                     )
+                self._check_plan(media)
             elif media.pixel_values is None:
                 raise DeferredPayloadError("eager media carries no pixel_values")
         return payload
+
+    def _check_plan(self, media: DeferredMedia) -> None:
+        """The plan must be the one this owner computes from the frames' recorded size."""
+        first = media.frames[0]
+        if first.width <= 0 or first.height <= 0:
+            raise DeferredPayloadError("deferred frames carry no source size to check against")
+        if media.kind == "image":
+            plan = plan_image(self.config, first.width, first.height)
+        else:
+            plan = plan_video_chunk(self.config, first.width, first.height, len(media.frames))
+        if plan != media.plan:
+            raise KimiInputError(
+                f"{media.kind} plan {media.plan.grid_thw} does not match its "
+                f"{first.width}x{first.height} frame (planned here: {plan.grid_thw})"
+            )
 
     def run(
         self,
@@ -274,10 +300,12 @@ class DeferredKimiProcessor:
         payload = self._check(payload)
         device = torch.device(device)
         if resize_backend not in RESIZE_BACKENDS:
-            raise ValueError(f"resize_backend must be one of {RESIZE_BACKENDS}")
+            raise KimiConfigError(
+                f"resize_backend must be one of {RESIZE_BACKENDS}, got {resize_backend!r}"
+            )
         if self.recipe == "k3":
             if resize_backend not in K3_RESIZE_BACKENDS:
-                raise ValueError(
+                raise KimiConfigError(
                     f"the K3 recipe resizes with the release's torch antialias bicubic: "
                     f"resize_backend must be one of {K3_RESIZE_BACKENDS}, got {resize_backend!r}"
                 )
@@ -301,6 +329,8 @@ class DeferredKimiProcessor:
                 f"raw frames must be uint8 [C, H, W] with C in 1/3/4, got {chw.dtype} "
                 f"{tuple(chw.shape)}"
             )
+        if frame.form is TransportForm.RAW:
+            check_frame_pixels(frame, chw)
         return chw
 
     def _run_pillow(self, payload: DeferredPayload, total: int, p: int) -> torch.Tensor:

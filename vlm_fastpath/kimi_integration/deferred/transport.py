@@ -41,13 +41,19 @@ import PIL
 import torch
 from PIL import Image, features
 
-from ..errors import ImageTooLargeError, KimiInputError
-from ..image_input import _is_tensor, _unwrap, check_pixel_count, open_encoded
+from ..errors import ImageTooLargeError, KimiConfigError, KimiInputError
+from ..image_input import (
+    _is_tensor,
+    _unwrap,
+    check_pixel_count,
+    open_encoded,
+    tensor_to_numpy,
+)
 from ..navit_resize import ResizePlan
 from .background import BackgroundConfig
 
 DEFERRED_PREPROCESSING_KEY = "_vlm_fastpath_kimi_deferred_preprocessing"
-PAYLOAD_VERSION = 2  # 2: payloads name their pixel recipe
+PAYLOAD_VERSION = 3  # 2: payloads name their pixel recipe; 3: frames carry their source size
 RECIPES = ("k25", "k3")
 FLOAT32_BYTES = 4
 
@@ -88,12 +94,27 @@ def processed_bytes(plan: ResizePlan) -> int:
     return plan.num_patches * 3 * plan.patch_size * plan.patch_size * FLOAT32_BYTES
 
 
+def _check_size(name: str, value: Any, *, optional: bool = True) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise KimiInputError(f"{name} must be a non-negative int byte count, got {value!r}")
+
+
 def choose_form(
     raw_bytes: int | None,
     processed: int,
     encoded_bytes: int | None = None,
 ) -> TransportDecision:
-    """The rule for one frame/image: fewest bytes; ties prefer raw, then encoded, then eager."""
+    """The rule for one frame/image: fewest bytes; ties prefer raw, then encoded, then eager.
+
+    ``processed`` is required; ``raw_bytes``/``encoded_bytes`` are ``None`` when that form does
+    not exist. Every size must be a non-negative int: a NaN or negative size would make the
+    comparison meaningless, so it is refused.
+    """
+    _check_size("processed", processed, optional=False)
+    _check_size("raw_bytes", raw_bytes)
+    _check_size("encoded_bytes", encoded_bytes)
     candidates: list[tuple[int, int, TransportForm]] = [(processed, 2, TransportForm.EAGER)]
     if raw_bytes is not None:
         candidates.append((raw_bytes, 0, TransportForm.RAW))
@@ -124,6 +145,7 @@ class FrameInfo:
     raw_channels: int | None  # None: no exact uint8 form
     encoded: bytes | None = None
     format: str | None = None
+    mode: str | None = None  # the encoded image's mode, from its header
 
     @property
     def raw_bytes(self) -> int | None:
@@ -178,8 +200,9 @@ def decide_media(frames: list[FrameInfo], plan: ResizePlan) -> TransportDecision
 
 # -- pixels ------------------------------------------------------------------------------------
 def check_recipe(recipe: str) -> str:
+    """``recipe`` itself, or :class:`KimiConfigError` naming the valid ones."""
     if recipe not in RECIPES:
-        raise ValueError(f"recipe must be one of {RECIPES}, got {recipe!r}")
+        raise KimiConfigError(f"recipe must be one of {RECIPES}, got {recipe!r}")
     return recipe
 
 
@@ -236,7 +259,7 @@ def inspect_frame(obj: Any, bg: BackgroundConfig, recipe: str = "k25") -> FrameI
         image = open_encoded(encoded)
         width, height = image.size
         return FrameInfo(width, height, image_channels(image, bg, recipe), encoded,
-                         image.format)
+                         image.format, image.mode)
     if isinstance(obj, Image.Image):
         check_pixel_count(*obj.size)
         return FrameInfo(obj.size[0], obj.size[1], image_channels(obj, bg, recipe))
@@ -299,7 +322,7 @@ def to_chw_uint8(
         info = inspect_frame(obj, bg, recipe)
         if info.raw_channels is None:
             return None
-        array = obj.detach().cpu().numpy() if _is_tensor(obj) else obj
+        array = tensor_to_numpy(obj) if _is_tensor(obj) else obj
         if array.ndim == 2:
             array = array[:, :, None]
         array = array[:, :, : info.raw_channels]
@@ -326,10 +349,19 @@ def decoder_fingerprint() -> tuple[tuple[str, str | None], ...]:
 # -- payload -----------------------------------------------------------------------------------
 @dataclass
 class FramePayload:
-    """One frame on the wire: encoded bytes, or uint8 CHW pixels."""
+    """One frame on the wire: encoded bytes, or uint8 CHW pixels.
+
+    ``width``/``height``/``channels`` (and ``mode`` for encoded bytes) are what the sender's
+    plan was computed from; the owner refuses a frame whose pixels disagree with them, since
+    resizing other pixels to the plan would return plausible but wrong patches.
+    """
 
     form: TransportForm
     data: bytes | torch.Tensor
+    width: int = 0
+    height: int = 0
+    channels: int = 0
+    mode: str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -390,13 +422,54 @@ class DeferredPayload:
         return torch.tensor(grids, dtype=torch.int64).reshape(len(grids), 3)
 
 
+def decode_fully(data: bytes) -> Image.Image:
+    """Decode encoded bytes completely (not just the header), with the package's errors.
+
+    The sender calls this before shipping bytes, so a truncated or corrupt file is refused
+    with the request instead of failing later on the vision owner.
+    """
+    image = open_encoded(data)
+    try:
+        image.load()
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLargeError(str(exc)) from exc
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise KimiInputError(f"cannot decode image: {exc}") from exc
+    return image
+
+
+def _mismatch(frame: FramePayload, what: str, got: str, planned: str) -> KimiInputError:
+    return KimiInputError(
+        f"{frame.form.value} frame does not match its plan: decoded {what} {got}, the plan "
+        f"was computed from {planned}; refusing to resize other pixels to that plan"
+    )
+
+
+def check_frame_pixels(frame: FramePayload, chw: torch.Tensor, mode: str | None = None) -> None:
+    """Raise :class:`KimiInputError` unless ``chw`` has the size/channels the plan assumed."""
+    if chw.dim() != 3:
+        raise KimiInputError(f"frame pixels must be [C, H, W], got shape {tuple(chw.shape)}")
+    channels, height, width = (int(v) for v in chw.shape)
+    if (width, height) != (frame.width, frame.height):
+        raise _mismatch(frame, "size", f"{width}x{height}", f"{frame.width}x{frame.height}")
+    if mode is not None and frame.mode is not None and mode != frame.mode:
+        raise _mismatch(frame, "mode", repr(mode), repr(frame.mode))
+    if channels != frame.channels:
+        raise _mismatch(frame, "channel count", str(channels), str(frame.channels))
+
+
 def decode_frame(frame: FramePayload, bg: BackgroundConfig, recipe: str = "k25") -> torch.Tensor:
-    """Host-side uint8 CHW pixels of a frame (decoding encoded bytes with Pillow)."""
+    """Host-side uint8 CHW pixels of a frame; decoded bytes are checked against the plan's size."""
     if frame.form is TransportForm.RAW:
         if not isinstance(frame.data, torch.Tensor):
             raise KimiInputError("raw frame data must be a uint8 tensor")
-        return frame.data
+        return frame.data  # the owner checks dtype, then size (check_frame_pixels)
     if not isinstance(frame.data, (bytes, bytearray, memoryview)):
         raise KimiInputError("encoded frame data must be bytes")
     image = open_encoded(bytes(frame.data))
-    return _pil_to_chw(image, image_channels(image, bg, recipe), recipe)
+    if image.size != (frame.width, frame.height):
+        w, h = image.size
+        raise _mismatch(frame, "size", f"{w}x{h}", f"{frame.width}x{frame.height}")
+    chw = _pil_to_chw(image, image_channels(image, bg, recipe), recipe)
+    check_frame_pixels(frame, chw, image.mode)
+    return chw

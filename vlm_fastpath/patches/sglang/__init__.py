@@ -1,6 +1,5 @@
-"""SGLang patches, one module per patched upstream module (``<package path with _>.py``).
+"""SGLang patches: one folder per upstream change (see each folder's ``__init__``).
 
-No module here imports SGLang at import time: each patch imports its engine module inside
-``upstream_equivalent``/``apply``, which the registry calls only after the trigger module has
-finished importing.
+``_common`` holds the small helpers every folder uses (module lookup, ``require``, feature
+lookups); everything that implements one upstream change lives in that change's folder.
 """

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable
-from contextvars import ContextVar
 from types import ModuleType
 from typing import Any
 
@@ -53,6 +52,18 @@ def owner_class_name(func: Callable[..., Any] | None) -> str | None:
     return None if owner is None else type(owner).__name__
 
 
+def grid_of(data: dict[str, Any] | None, item: Any = None) -> Any:
+    """An item's ``[t, h, w]`` grid: Qwen-VL names it ``image_grid_thw``, Kimi ``grid_thws``
+    (in ``model_specific_data``); ``item.image_grid_thw`` when given and neither is there."""
+    data = data or {}
+    grid = data.get("image_grid_thw")
+    if grid is None:
+        grid = data.get("grid_thws")
+    if grid is None and item is not None:
+        grid = item.image_grid_thw
+    return grid
+
+
 def require(owner: Any, *names: str) -> None:
     """Fail the patch (the registry then leaves the engine alone) if a name is missing."""
     missing = [name for name in names if not hasattr(owner, name)]
@@ -67,47 +78,3 @@ def cuda_available() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:  # noqa: BLE001
         return False
-
-
-class HostMaxSeqlen(int):
-    """A ``max_seqlen`` computed on the host once per encoder forward.
-
-    Only values of this type are trusted by the patched vision attention backends, so a
-    ``max_seqlen`` some other model passes for another purpose is never reinterpreted.
-    """
-
-
-class HostSeqlens:
-    """The host ``grid_thws`` of the MoonViT encoder forward running in this context.
-
-    Set by ``sglang-moonvit-sdpa-host-cu-seqlens`` around ``MoonViT3dEncoder.forward`` (only for a
-    host grid); read by the SDPA vision backend, which builds its mask from these host
-    ``cu_seqlens`` instead of copying the device ``cu_seqlens`` back (computed once per forward,
-    on first use, so nothing is read unless a backend needs it).
-    """
-
-    def __init__(self, grid_thws: Any) -> None:
-        self._grid = grid_thws
-        self._cu: tuple[int, ...] | None = None
-        self._tensor: Any = None
-
-    def cu_seqlens(self) -> tuple[int, ...]:
-        if self._cu is None:
-            from itertools import accumulate
-
-            lengths = [int(t) * int(h) * int(w) for t, h, w in self._grid.tolist()]
-            self._cu = (0, *accumulate(lengths))
-        return self._cu
-
-    def cu_seqlens_tensor(self) -> Any:
-        """The same values as a host int32 tensor (what the release's mask builder reads)."""
-        if self._tensor is None:
-            import torch
-
-            self._tensor = torch.tensor(self.cu_seqlens(), dtype=torch.int32)
-        return self._tensor
-
-
-HOST_SEQLENS: ContextVar[HostSeqlens | None] = ContextVar(
-    "vlm_fastpath_host_seqlens", default=None
-)

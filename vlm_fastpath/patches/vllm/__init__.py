@@ -1,1 +1,1 @@
-"""vLLM patches, one module per patched upstream module (see each module's docstring)."""
+"""vLLM patches: one folder per upstream change (see each folder's ``__init__``)."""

@@ -1,0 +1,1 @@
+"""Test-only helpers shared by the suites and the repository benchmarks (never shipped)."""

@@ -1,0 +1,155 @@
+"""Patch of ``sglang.srt.multimodal.mm_utils`` (encoder data-parallel sharding).
+
+sglang-encoder-dp-local-loader
+    Why: up to 0.5.15.post1 ``run_dp_sharded_mrope_vision_model`` takes the pixel values of
+    every image, so each TP rank first materializes all of them on its GPU (an IPC copy or a
+    host-to-device copy per image per rank) and then keeps only the ones it owns.
+    How: the function also accepts ``load_local_pixel_values=``, ``pixel_values_device=`` and
+    ``pixel_values_dtype=`` (0.5.16's keywords). With a loader, the rank computes the release's
+    own load-balancing assignment, loads only the images it owns (none: no load at all), and runs
+    the release's function on them, so the vision-tower calls and the collective sequence stay
+    the release's: every rank joins the same all-gather, also when there are fewer images than
+    ranks (the hang of sglang #31212 cannot occur). ``materialize_multimodal_features(features,
+    *, device, dtype)`` packs features into one destination buffer with one casting copy each.
+    Without a loader the release's function runs unchanged.
+    Upstream: sglang PR #31227, released in 0.5.16.
+    Applies to: sglang 0.5.12 - 0.5.15.post1; stands aside ("upstream") where the function
+    already takes ``load_local_pixel_values``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import math
+
+from ...base import Patch, PatchContext
+from ...registry import register
+from .._common import SGLANG_PREFIXES, module, require
+from . import _switches
+
+MM_UTILS = "sglang.srt.multimodal.mm_utils"
+
+
+def materialize_multimodal_features(features, *, device, dtype):
+    """Concatenate per-item features into one buffer on ``device``: one casting copy each."""
+    import torch
+
+    if not features:
+        raise ValueError("features must contain at least one tensor")
+    trailing = tuple(features[0].shape[1:])
+    for feature in features:
+        if not isinstance(feature, torch.Tensor):
+            raise TypeError(f"expected torch.Tensor, got {type(feature)}")
+        if tuple(feature.shape[1:]) != trailing:
+            raise ValueError(f"trailing shapes differ: {trailing} vs {tuple(feature.shape)}")
+    total = sum(int(f.shape[0]) for f in features)
+    out = torch.empty((total, *trailing), device=device, dtype=dtype)
+    offset = 0
+    for feature in features:
+        length = int(feature.shape[0])
+        out[offset : offset + length].copy_(feature, non_blocking=True)
+        offset += length
+    return out
+
+
+class _OwnedPixels:
+    """Stands in for the full ``pixel_values`` inside the release's function.
+
+    Holds only this rank's images (keyed by their first patch row in the full batch); the
+    release slices exactly those and reads ``shape``/``device``/``dtype`` for an empty rank.
+    """
+
+    def __init__(self, slices, total_rows, trailing, device, dtype):
+        self._slices = slices
+        self.shape = (total_rows, *trailing)
+        self.device = device
+        self.dtype = dtype
+
+    def __getitem__(self, key):
+        if not isinstance(key, slice) or key.start not in self._slices:
+            raise IndexError(f"this rank does not own rows {key}")
+        return self._slices[key.start]
+
+
+def _local_image_indices(grid_thw_list, tp_size, tp_rank, assign):
+    sizes = [math.prod(grid) for grid in grid_thw_list]
+    order, counts, _ = assign(sizes, tp_size)
+    bounds = [0, *itertools.accumulate(counts)]
+    return list(order[bounds[tp_rank] : bounds[tp_rank + 1]]), sizes
+
+
+def _make_run_dp_sharded(original, g):
+    @functools.wraps(original)
+    def run_dp_sharded_mrope_vision_model(
+        vision_model,
+        pixel_values,
+        grid_thw_list,
+        *,
+        rope_type,
+        load_local_pixel_values=None,
+        pixel_values_device=None,
+        pixel_values_dtype=None,
+        **kwargs,
+    ):
+        if pixel_values is not None or load_local_pixel_values is None:
+            if pixel_values is None:
+                raise ValueError("pixel_values or load_local_pixel_values must be provided")
+            return original(vision_model, pixel_values, grid_thw_list, rope_type=rope_type,
+                            **kwargs)
+        if pixel_values_device is None or pixel_values_dtype is None:
+            raise ValueError("pixel_values_device and pixel_values_dtype are required")
+        from sglang.srt.layers import dp_attention
+
+        tp_size = dp_attention.get_attention_tp_size()
+        if tp_size == 1:
+            everything = load_local_pixel_values(list(range(len(grid_thw_list))))
+            return original(vision_model, everything, grid_thw_list, rope_type=rope_type,
+                            **kwargs)
+        tp_rank = dp_attention.get_attention_tp_rank()
+        local, sizes = _local_image_indices(
+            grid_thw_list, tp_size, tp_rank, g["get_dp_encoder_lb_assignment"]
+        )
+        starts = [0, *itertools.accumulate(sizes)]
+        slices, trailing = {}, (1,)
+        if local:
+            loaded = load_local_pixel_values(local)
+            trailing = tuple(loaded.shape[1:])
+            offset = 0
+            for index in local:
+                slices[starts[index]] = loaded[offset : offset + sizes[index]]
+                offset += sizes[index]
+        owned = _OwnedPixels(slices, starts[-1], trailing, pixel_values_device,
+                             pixel_values_dtype)
+        return original(vision_model, owned, grid_thw_list, rope_type=rope_type, **kwargs)
+
+    return run_dp_sharded_mrope_vision_model
+
+
+@register
+class EncoderDpLocalLoaderPatch(Patch):
+    name = "sglang-encoder-dp-local-loader"
+    engine = "sglang"
+    versions = ">=0.5.12,<0.5.16"
+    trigger = MM_UTILS
+    modules = (MM_UTILS,)
+    upstream_pr = "sgl-project/sglang#31227"
+    summary = "encoder DP: each rank loads only the images it owns (load_local_pixel_values)"
+
+    def upstream_equivalent(self) -> str | None:
+        run = getattr(module(MM_UTILS), "run_dp_sharded_mrope_vision_model", None)
+        if run is not None and "load_local_pixel_values" in inspect.signature(run).parameters:
+            return "run_dp_sharded_mrope_vision_model takes load_local_pixel_values"
+        return None
+
+    def apply(self, ctx: PatchContext) -> None:
+        mm = module(MM_UTILS)
+        require(mm, "run_dp_sharded_mrope_vision_model", "get_dp_encoder_lb_assignment")
+        original = mm.run_dp_sharded_mrope_vision_model
+        replacement = _make_run_dp_sharded(original, mm.__dict__)
+        ctx.set_attr(mm, "run_dp_sharded_mrope_vision_model", replacement)
+        ctx.rebind_globals(original, replacement, SGLANG_PREFIXES)
+        if not hasattr(mm, "materialize_multimodal_features"):
+            ctx.set_attr(mm, "materialize_multimodal_features", materialize_multimodal_features)
+        ctx.set_attr(_switches.SWITCHES, "dp_loader", True)

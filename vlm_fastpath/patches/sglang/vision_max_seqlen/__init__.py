@@ -1,0 +1,16 @@
+"""MoonViT's ``max_seqlen`` and ``cu_seqlens`` computed once per forward, on the host.
+
+Why: up to 0.5.15.post1 each of MoonViT's 27 attention blocks recomputes ``max_seqlen`` from the
+device ``cu_seqlens`` (``.item()``) and the tower reads its device grid back three times: 30
+device-to-host syncs per forward (SDPA: ``cu_seqlens.cpu().tolist()`` per block).
+How: ``models_kimi_k25`` keeps the grid on the host and computes ``HostMaxSeqlen`` once
+(``sglang-moonvit-max-seqlen-once``) and publishes the host grid for SDPA
+(``sglang-moonvit-sdpa-host-cu-seqlens``, which requires the first); ``layers_attention_vision``
+makes the backends use those host values (``sglang-vision-host-max-seqlen``).
+Upstream PR: sgl-project/sglang#30878 (+#31227), 0.5.16; SDPA's per-block read-back is still
+upstream in 0.5.23.
+Versions: sglang >=0.5.12,<0.5.16.
+Delete when: sglang <0.5.16 is no longer supported.
+"""
+
+PATCH_MODULES = ("layers_attention_vision", "models_kimi_k25")

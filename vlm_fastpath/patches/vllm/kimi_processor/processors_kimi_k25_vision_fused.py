@@ -1,0 +1,65 @@
+"""vLLM ``vllm.transformers_utils.processors.kimi_k25_vision_fused``: replace the fused processor.
+
+Why: vLLM 0.25.0 (PR vllm-project/vllm#47416) added ``KimiK25FusedVisionProcessor``, a numba
+kernel that walks the output element by element (five integer div/mods each, writes scattered
+over the channel planes). It only pays off with many cores: on 2 cores 8 images of 2048x2048
+took about 2.15 s, slower than the checkpoint's plain numpy. ``FusedKimiProcessor`` produces the
+same bytes (float32, or uint8 for device-side normalization when ``do_rescale`` and
+``do_normalize`` are both False, as vLLM 0.32+ asks) with a patch-major kernel and threaded
+Pillow resizes.
+
+How: ``KimiK25ProcessingInfo.__init__`` (in ``vllm.model_executor.models.kimi_k25``) reads the
+module global ``KimiK25FusedVisionProcessor`` at call time and hands it to
+``cached_get_image_processor(..., processor_cls_overrides=...)``. The patch rebinds every module
+global under ``vllm.`` that is that class (the defining module and ``kimi_k25``'s copy) to
+``FastpathKimiVisionProcessor``, a ``BaseImageProcessor`` subclass with the same interface
+(``preprocess``, ``media_tokens_calculator``, ``get_resize_config``, ``resize_image``,
+``num_frames_per_chunk``, ``media_proc_cfg``, ``to_dict``/``from_dict``) that delegates to
+``FusedKimiProcessor``. The class objects vLLM registers (processing info, model) are untouched.
+Opt out by name: ``VLM_FASTPATH_SKIP=vllm-kimi-fused-processor``.
+
+Upstream: vllm-project/vllm#47416 (0.25.0), do_rescale/do_normalize from vllm-project/vllm#50411
+(0.32.0). Applies to vLLM >=0.25,<0.34 (verified on 0.33.0).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ...base import Patch, PatchContext
+from ...registry import register
+
+KIMI_K25_VISION_FUSED = "vllm.transformers_utils.processors.kimi_k25_vision_fused"
+KIMI_K25 = "vllm.model_executor.models.kimi_k25"
+CLASS_NAME = "KimiK25FusedVisionProcessor"
+
+
+@register
+class KimiFusedProcessorPatch(Patch):
+    name = "vllm-kimi-fused-processor"
+    engine = "vllm"
+    versions = ">=0.25,<0.34"
+    trigger = KIMI_K25
+    modules = (KIMI_K25_VISION_FUSED, KIMI_K25)
+    upstream_pr = "vllm-project/vllm#47416"
+    summary = "KimiK25FusedVisionProcessor -> FusedKimiProcessor (bit-exact, faster on few cores)"
+
+    def not_needed(self) -> str | None:
+        if not hasattr(sys.modules[KIMI_K25], "KimiK25ProcessingInfo"):
+            return f"{KIMI_K25} has no KimiK25ProcessingInfo"
+        return None
+
+    def apply(self, ctx: PatchContext) -> None:
+        kimi = sys.modules[KIMI_K25]
+        original = kimi.__dict__.get(CLASS_NAME)
+        if not isinstance(original, type):
+            raise LookupError(f"{KIMI_K25} has no class {CLASS_NAME} (renamed?)")
+        init = getattr(kimi.KimiK25ProcessingInfo.__init__, "__code__", None)
+        if init is None or CLASS_NAME not in init.co_names:
+            raise LookupError(f"KimiK25ProcessingInfo.__init__ no longer reads {CLASS_NAME}")
+
+        from .adapter import FastpathKimiVisionProcessor
+
+        ctx.rebind_globals(original, FastpathKimiVisionProcessor, ("vllm.",))
+        if kimi.__dict__.get(CLASS_NAME) is not FastpathKimiVisionProcessor:
+            raise LookupError(f"could not rebind {KIMI_K25}.{CLASS_NAME}")

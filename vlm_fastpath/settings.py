@@ -1,0 +1,93 @@
+"""Every ``VLM_FASTPATH*`` environment variable, parsed in one place.
+
+Each reader looks the variable up at call time (tests and users may change the environment
+after import), and every module that needs a setting asks here, so ``doctor``, the registry,
+the ``.pth`` bootstrap and the processors can never disagree about what a value means.
+``VARIABLES`` is the table the README's controls section documents (a test keeps them equal).
+Importing this module imports nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Words that turn a switch off, compared after ``.strip().lower()``. The ``.pth`` file repeats
+# this test inline (it runs before any import); tests/test_settings.py checks they agree.
+OFF_WORDS = ("0", "false", "off", "no")
+
+VARIABLES: dict[str, str] = {
+    "VLM_FASTPATH": "0/false/off/no turns every patch off (the .pth then imports nothing)",
+    "VLM_FASTPATH_PATCHES": "comma-separated allow-list: apply only these patches",
+    "VLM_FASTPATH_SKIP": "comma-separated patches never to apply",
+    "VLM_FASTPATH_LOG_LEVEL": "level of the vlm_fastpath logger (default INFO)",
+    "VLM_FASTPATH_RESIZE_THREADS": "resize thread count (default: the CPUs this process may use)",
+    "VLM_FASTPATH_NUMBA": "0 uses the numpy kernels instead of numba",
+    "VLM_FASTPATH_DEFER": "SGLang deferred Kimi preprocessing: auto (default), 0 or 1",
+    "VLM_FASTPATH_DEFER_RESIZE": "resize backend of the deferred owner: auto, pillow or torch",
+}
+
+
+def _raw(name: str, default: str = "") -> str:
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not a documented vlm-fastpath variable")
+    return os.environ.get(name, default)
+
+
+def is_off(value: str | None) -> bool:
+    """True for the values that turn a switch off (``" OFF "`` included)."""
+    return value is not None and value.strip().lower() in OFF_WORDS
+
+
+def enabled() -> bool:
+    """False when ``VLM_FASTPATH`` turns every patch off."""
+    return not is_off(_raw("VLM_FASTPATH", "1"))
+
+
+def name_list(name: str) -> set[str] | None:
+    """A comma-separated list of patch names; None when unset or empty."""
+    value = _raw(name)
+    if not value.strip():
+        return None
+    return {item.strip() for item in value.split(",") if item.strip()}
+
+
+def only_patches() -> set[str] | None:
+    return name_list("VLM_FASTPATH_PATCHES")
+
+
+def skipped_patches() -> set[str] | None:
+    return name_list("VLM_FASTPATH_SKIP")
+
+
+def log_level() -> str:
+    return _raw("VLM_FASTPATH_LOG_LEVEL", "INFO").strip().upper() or "INFO"
+
+
+def numba_allowed() -> bool:
+    return not is_off(_raw("VLM_FASTPATH_NUMBA", "1"))
+
+
+def resize_threads() -> int | None:
+    """The user's resize thread count (at least 1), or None for the default.
+
+    A value that is not an integer is ignored: a typo must not take the engine down.
+    """
+    value = _raw("VLM_FASTPATH_RESIZE_THREADS").strip()
+    try:
+        return max(1, int(value)) if value else None
+    except ValueError:
+        return None
+
+
+def defer_mode() -> str:
+    """``auto``, ``on`` or ``off`` for SGLang's deferred Kimi preprocessing."""
+    value = _raw("VLM_FASTPATH_DEFER", "auto").strip().lower() or "auto"
+    if is_off(value):
+        return "off"
+    if value in ("1", "true", "on", "yes"):
+        return "on"
+    return "auto"
+
+
+def defer_resize() -> str:
+    return _raw("VLM_FASTPATH_DEFER_RESIZE", "auto").strip().lower() or "auto"
