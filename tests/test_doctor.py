@@ -51,3 +51,26 @@ def test_doctor_with_everything_disabled() -> None:
     report = json.loads(proc.stdout)
     assert report["disabled"] is True
     assert all(p["status"] == "disabled" for p in report["patches"])
+
+
+def test_doctor_says_which_resampler_runs() -> None:
+    proc = _doctor()
+    assert proc.returncode == 0, proc.stderr
+    assert "resize: numba-fused (Pillow" in proc.stdout or "resize: pillow (" in proc.stdout
+    report = json.loads(_doctor("--json").stdout)
+    assert report["resampler"]["resampler"] in {"numba-fused", "pillow"}
+    assert report["resampler"]["reason"]
+
+
+def test_doctor_module_lists_the_patches_touching_it() -> None:
+    proc = _doctor("--no-import", "--module", "sglang.srt.models.kimi_k25")
+    assert proc.returncode == 0, proc.stderr
+    assert "patches touching sglang.srt.models.kimi_k25:" in proc.stdout
+    for name in ("sglang-moonvit-max-seqlen-once", "sglang-kimi-k25-encoder-dp-owner-only",
+                 "sglang-kimi-k25-deferred-owner"):
+        assert name in proc.stdout
+    assert "sglang-batched-feature-h2d" not in proc.stdout
+    report = json.loads(_doctor("--json", "--no-import", "--module", "vllm.transformers_utils."
+                                "processor").stdout)
+    assert [p["name"] for p in report["patches"]] == ["vllm-processor-cls-overrides"]
+    assert report["patches"][0]["change"] == "kimi_processor"

@@ -44,6 +44,15 @@ def _numba_layer() -> dict[str, Any]:
     return info
 
 
+def _resampler() -> dict[str, Any]:
+    try:
+        from .kimi_integration.resample import resampler_info
+
+        return resampler_info()
+    except Exception as exc:  # noqa: BLE001 - doctor must always answer
+        return {"resampler": "unknown", "reason": f"{type(exc).__name__}: {exc}"}
+
+
 def _import_triggers(report: dict[str, Any]) -> None:
     from .patches.registry import REGISTRY
 
@@ -106,6 +115,7 @@ def collect(import_engines: bool = True, module: str | None = None) -> dict[str,
     if module is not None:
         report["module"] = module
     report["numba"] = _numba_layer()
+    report["resampler"] = _resampler()
     return report
 
 
@@ -121,6 +131,10 @@ def render(report: dict[str, Any]) -> str:
     layer = numba.get("threading_layer") or "-"
     lines.append(f"numba kernel: {'yes' if numba.get('numba') else 'no'}; threading layer: {layer}"
                  + (f" ({numba['reason']})" if numba.get("reason") else ""))
+    resampler = report.get("resampler") or {}
+    if resampler:
+        lines.append(f"resize: {resampler.get('resampler')} ({resampler.get('reason')}); "
+                     f"threads {resampler.get('threads', '-')}")
     if "module" in report:
         lines.append(f"patches touching {report['module']}:")
     else:

@@ -22,6 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import settings
+from .threading_layer import ensure_loadable_threading_layer
+
 logger = logging.getLogger(__name__)
 
 _FORK_UNSAFE_LAYERS = frozenset({"omp"})
@@ -63,7 +66,7 @@ class _Kernels:
                 self.loaded = True
 
     def _import(self) -> None:
-        if os.environ.get("VLM_FASTPATH_NUMBA", "1") == "0":
+        if not settings.numba_allowed():
             self.numba_error = "disabled by VLM_FASTPATH_NUMBA=0"
             logger.info("vlm_fastpath: numba %s; using the numpy patchify path", self.numba_error)
             return
@@ -121,6 +124,7 @@ def _pick_kernel() -> Callable[..., None]:
     assert _KERNELS.parallel is not None and _KERNELS.serial is not None
     if _KERNELS.launch_pid is None:
         _choose_layer()
+        ensure_loadable_threading_layer()  # a requested layer that cannot load -> workqueue
         return _KERNELS.parallel
     if _KERNELS.launch_pid != os.getpid() and _KERNELS.launch_layer in _FORK_UNSAFE_LAYERS:
         return _KERNELS.serial

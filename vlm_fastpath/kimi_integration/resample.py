@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 import platform
 import threading
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 import PIL
 
+from .. import settings
 from .band_pool import TaskGroup, get_band_pool
 from .errors import KimiInputError
 from .image_input import _unwrap, check_pixel_count, to_rgb_image
@@ -73,7 +73,7 @@ class _Numba:
         return self.kernel
 
     def _import(self) -> None:
-        if os.environ.get("VLM_FASTPATH_NUMBA", "1") == "0":
+        if not settings.numba_allowed():
             self.error = "numba disabled by VLM_FASTPATH_NUMBA=0"
             return
         try:

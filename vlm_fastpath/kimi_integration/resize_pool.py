@@ -15,6 +15,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .. import settings
+
 THREADS_ENV = "VLM_FASTPATH_RESIZE_THREADS"
 MAX_DEFAULT_THREADS = 8  # beyond this, memory bandwidth (not cores) bounds one call
 
@@ -88,12 +90,9 @@ def available_cpus() -> int:
 
 def default_workers() -> int:
     """``VLM_FASTPATH_RESIZE_THREADS`` when set, else the usable cores capped at 8."""
-    value = os.environ.get(THREADS_ENV)
-    if value:
-        try:
-            return max(1, int(value))
-        except ValueError:
-            pass
+    chosen = settings.resize_threads()
+    if chosen is not None:
+        return chosen
     return min(MAX_DEFAULT_THREADS, available_cpus())
 
 

@@ -24,6 +24,8 @@ import numpy as np
 
 from vlm_fastpath.kimi_integration import patchify_kernel as _kimi_kernel
 
+from .. import settings
+
 logger = logging.getLogger(__name__)
 
 _FORK_UNSAFE_LAYERS = frozenset({"omp"})
@@ -64,7 +66,7 @@ class _Kernels:
                 self.loaded = True
 
     def _import(self) -> None:
-        if os.environ.get("VLM_FASTPATH_NUMBA", "1") == "0":
+        if not settings.numba_allowed():
             self.numba_error = "disabled by VLM_FASTPATH_NUMBA=0"
             logger.info("vlm_fastpath: numba %s; using the numpy Qwen patchify", self.numba_error)
             return
