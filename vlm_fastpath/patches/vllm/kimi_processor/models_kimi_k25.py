@@ -30,8 +30,7 @@ from typing import Any
 from ...._log import get_logger
 from ...base import Patch, PatchContext
 from ...registry import register
-from .transformers_utils_processor import PROCESSOR
-from .transformers_utils_processor import accepts_overrides
+from .transformers_utils_processor import PROCESSOR, accepts_overrides
 
 KIMI_K25 = "vllm.model_executor.models.kimi_k25"
 logger = get_logger("vlm_fastpath.patches")
