@@ -35,7 +35,7 @@ def test_doctor_json_lists_every_patch() -> None:
     for patch in report["patches"]:
         assert patch["status"] in {
             "pending", "applied", "upstream", "not-needed", "unsupported-version", "disabled",
-            "failed",
+            "failed", "faulted",
         }
 
 

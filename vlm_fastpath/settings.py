@@ -24,7 +24,11 @@ VARIABLES: dict[str, str] = {
     "VLM_FASTPATH_NUMBA": "0 uses the numpy kernels instead of numba",
     "VLM_FASTPATH_DEFER": "SGLang deferred Kimi preprocessing: auto (default), 0 or 1",
     "VLM_FASTPATH_DEFER_RESIZE": "resize backend of the deferred owner: auto, pillow or torch",
+    "VLM_FASTPATH_FAULT_LIMIT": "run-time faults of one patch's fast path before it is disabled "
+    "for the process (default 3)",
 }
+
+DEFAULT_FAULT_LIMIT = 3
 
 
 def _raw(name: str, default: str = "") -> str:
@@ -91,3 +95,15 @@ def defer_mode() -> str:
 
 def defer_resize() -> str:
     return _raw("VLM_FASTPATH_DEFER_RESIZE", "auto").strip().lower() or "auto"
+
+
+def fault_limit() -> int:
+    """Faults a patch's fast path may have before it is disabled (at least 1).
+
+    A value that is not an integer keeps the default: a typo must not take the engine down.
+    """
+    value = _raw("VLM_FASTPATH_FAULT_LIMIT").strip()
+    try:
+        return max(1, int(value)) if value else DEFAULT_FAULT_LIMIT
+    except ValueError:
+        return DEFAULT_FAULT_LIMIT

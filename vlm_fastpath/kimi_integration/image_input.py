@@ -61,7 +61,10 @@ def dtype_advice(kind: str) -> str:
     if kind == "b":
         return "boolean masks have no pixel scale; map them to 0/255 uint8 yourself"
     if kind in "iu":
-        return "clip and cast integer pixels to uint8 yourself (values outside 0..255 are ambiguous)"
+        return (
+            "clip and cast integer pixels to uint8 yourself (values outside 0..255 are "
+            "ambiguous)"
+        )
     return "convert floats to uint8 yourself (there is no single right rescaling)"
 
 

@@ -27,6 +27,7 @@ class PatchStatus(StrEnum):
     UNSUPPORTED_VERSION = "unsupported-version"
     DISABLED = "disabled"  # turned off by the user (VLM_FASTPATH*, apply(patches=...))
     FAILED = "failed"  # could not apply; the engine was left as it was
+    FAULTED = "faulted"  # applied, then disabled for run-time faults in its fast path
 
 
 @dataclass

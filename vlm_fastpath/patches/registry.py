@@ -10,6 +10,10 @@ whose requirement is not applied reports ``not-needed`` with the reason, and the
 every attribute's wrapper stack in that order. ``revert(patches=[x])`` also reverts every patch
 stacked on top of x (applied later on one of the same attributes) and every patch that
 requires x, so ``status()`` always describes what is really installed.
+
+A patch whose fast path keeps failing at run time (:mod:`.containment`) is quarantined:
+reverted with what requires it, reported as ``faulted`` for the rest of the process, and
+never re-applied by a later ``apply()``; patches merely stacked on it go back on.
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ class PatchRegistry:
         self._order: list[Patch] | None = None
         self._cyclic: set[str] = set()
         self._logged: set[tuple[str, str]] = set()  # (name, status) already logged
+        self._faulted: dict[str, str] = {}  # quarantined for run-time faults: name -> reason
         self._loaded_catalog = False
 
     # -- registration -----------------------------------------------------------------
@@ -360,7 +365,7 @@ class PatchRegistry:
         with self._lock:
             for patch in self.patches(engine):
                 current = self._results[patch.name]
-                if current.status is PatchStatus.APPLIED:
+                if current.status is PatchStatus.APPLIED or patch.name in self._faulted:
                     continue
                 if trigger is not None and patch.trigger != trigger and not current.waiting:
                     continue
@@ -405,12 +410,54 @@ class PatchRegistry:
                     ", ".join(n for n in off if n in selected),
                 )
             for name in {*selected, *off}:
+                if name in self._faulted:
+                    continue  # stays reported as faulted for the process
                 patch = self._patches[name]
                 reason = "reverted with " + ", ".join(selected) if name in extra else ""
                 self._results[name] = PatchResult(
                     name, patch.engine, PatchStatus.PENDING, reason
                 )
             return off
+
+    def quarantine(self, name: str, reason: str) -> list[str]:
+        """Take ``name`` off for good (run-time faults) and report it ``faulted``.
+
+        Patches that require it are reverted and report ``not-needed``; patches only stacked
+        on it are put back on top of what remains. Returns the names reverted for good.
+        """
+        with self._lock:
+            patch = self._patches[name]
+            self._faulted[name] = reason
+            lifted = self._take_off(self._closure([name])) if name in self._applied_seq else []
+            self._results[name] = PatchResult(
+                name, patch.engine, PatchStatus.FAULTED, reason, engine_version(patch.engine)
+            )
+            gone = [name]
+            for other in lifted:
+                if other == name:
+                    continue
+                unmet = self._unmet_dependency(self._patches[other])
+                if unmet is None:
+                    self._put_back([other])
+                    continue
+                gone.append(other)
+                self._results[other] = PatchResult(
+                    other, self._patches[other].engine, PatchStatus.NOT_NEEDED, unmet[1],
+                    engine_version(self._patches[other].engine),
+                )
+            logger.warning(
+                "vlm_fastpath (pid %d): patch %s disabled: %s%s", os.getpid(), name, reason,
+                f"; also reverted {', '.join(gone[1:])}" if len(gone) > 1 else "",
+            )
+            return gone
+
+    def clear_faults(self) -> None:
+        """Forget quarantines (tests): faulted patches become pending again."""
+        with self._lock:
+            for name in self._faulted:
+                patch = self._patches[name]
+                self._results[name] = PatchResult(name, patch.engine, PatchStatus.PENDING)
+            self._faulted.clear()
 
     def installed(self) -> list[str]:
         """Applied patches, in the order they are stacked (oldest first)."""

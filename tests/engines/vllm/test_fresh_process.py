@@ -15,6 +15,11 @@ FUSED_UPSTREAM = Version("0.25")
 UINT8_UPSTREAM = Version("0.32")  # vLLM normalizes Kimi pixels on the device itself
 MAX_SEQLEN_UPSTREAM = Version("0.23")  # MoonViT max_seqlen on the host
 OURS = "vlm_fastpath.patches.vllm.kimi_processor.adapter.FastpathKimiVisionProcessor"
+# The probes import no Qwen-VL module: those patches wait for it (tests/engines/vllm/
+# test_qwen_processor.py covers them applied).
+QWEN_PENDING = dict.fromkeys(
+    ("vllm-qwen2-vl-processor", "vllm-qwen2-5-vl-processor", "vllm-qwen3-vl-processor"), "pending"
+)
 
 
 def _probe(scenario: str, model_dir: Path, **env: str) -> dict:
@@ -41,6 +46,8 @@ def _expected(version: Version) -> dict[str, str]:
             "vllm-kimi-fused-processor": "applied",
             "vllm-kimi-device-normalize": device_normalize,
             "vllm-moonvit-max-seqlen": moonvit,
+            "vllm-image-loader-client-errors": "applied",
+            **QWEN_PENDING,
         }
     return {
         "vllm-processor-cls-overrides": "applied",
@@ -48,6 +55,8 @@ def _expected(version: Version) -> dict[str, str]:
         "vllm-kimi-fused-processor": "unsupported-version",
         "vllm-kimi-device-normalize": device_normalize,
         "vllm-moonvit-max-seqlen": moonvit,
+        "vllm-image-loader-client-errors": "applied",
+        **QWEN_PENDING,
     }
 
 

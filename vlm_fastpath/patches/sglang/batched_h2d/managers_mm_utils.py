@@ -37,6 +37,7 @@ from itertools import accumulate
 from typing import Any
 
 from ...base import Patch, PatchContext
+from ...containment import contained
 from ...registry import register
 from .._common import (
     BATCHED_FEATURE_MODELS,
@@ -141,6 +142,9 @@ class BatchedFeatureH2DPatch(Patch):
         original_move = mm_utils._move_items_to_device
         upstream_skip = getattr(mm_utils, "_can_skip_pre_embed_feature_move", None)
 
+        # Re-running the original after a fault is safe: features already moved are on the
+        # device, and the release's per-item ``.to(device)`` leaves those as they are.
+        @contained(self.name, original_move)
         @functools.wraps(original_move)
         def _move_items_to_device(items, device, *args, **kwargs):
             embedder = _CURRENT_EMBEDDER.get()
@@ -338,6 +342,10 @@ class VectorizedGridCountsPatch(Patch):
             "_try_simple_split",
         )
         original = mm_utils.get_new_expanded_mm_items
-        replacement = functools.wraps(original)(_make_expand(mm_utils))
+        # Builds new items only (the originals are copied, never changed): the original may
+        # answer a call that faulted.
+        replacement = contained(self.name, original)(
+            functools.wraps(original)(_make_expand(mm_utils))
+        )
         ctx.set_attr(mm_utils, "get_new_expanded_mm_items", replacement)
         ctx.rebind_globals(original, replacement, SGLANG_PREFIXES)

@@ -30,13 +30,15 @@ from __future__ import annotations
 from ...base import Patch, PatchContext
 from ...registry import register
 from .._common import module, require
-from ._shared import ITEM_KEY, deferred_get_image_feature, materialize_payloads
+from ._contained import contained_materialize
+from ._shared import ITEM_KEY, deferred_get_image_feature
 
 KIMI_K25 = "sglang.srt.models.kimi_k25"
+PATCH = "sglang-kimi-k25-deferred-owner"
 
 
 def materialize(payloads, device, grid=None):
-    return materialize_payloads(payloads, device, grid, "Kimi payload")
+    return contained_materialize(PATCH, payloads, device, grid, "Kimi payload")
 
 
 def _make_get_image_feature(original):
@@ -45,7 +47,7 @@ def _make_get_image_feature(original):
 
 @register
 class KimiK25DeferredOwnerPatch(Patch):
-    name = "sglang-kimi-k25-deferred-owner"
+    name = PATCH
     engine = "sglang"
     versions = ">=0.5.12,<0.5.23"
     trigger = KIMI_K25

@@ -28,12 +28,15 @@ from __future__ import annotations
 from ...base import Patch, PatchContext
 from ...registry import register
 from .._common import module, require
-from ._shared import K3_ITEM_KEY, deferred_get_image_feature, materialize_payloads
+from ._contained import contained_materialize
+from ._shared import K3_ITEM_KEY, deferred_get_image_feature
 from .multimodal_processors_kimi_k3 import K3_MODEL, upstream_defers
+
+PATCH = "sglang-kimi-k3-deferred-owner"
 
 
 def materialize(payloads, device, grid=None):
-    return materialize_payloads(payloads, device, grid, "Kimi K3 payload")
+    return contained_materialize(PATCH, payloads, device, grid, "Kimi K3 payload")
 
 
 def _make_get_image_feature(original):
@@ -42,7 +45,7 @@ def _make_get_image_feature(original):
 
 @register
 class KimiK3DeferredOwnerPatch(Patch):
-    name = "sglang-kimi-k3-deferred-owner"
+    name = PATCH
     engine = "sglang"
     versions = ">=0.5.17,<0.5.18"
     trigger = K3_MODEL

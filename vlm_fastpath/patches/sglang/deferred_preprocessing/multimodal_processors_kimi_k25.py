@@ -42,6 +42,7 @@ from .... import settings
 from ...base import Patch, PatchContext
 from ...registry import register
 from .._common import module, require
+from ._contained import contained_sender
 from ._shared import (
     ITEM_KEY,
     collect_with_payloads,
@@ -54,6 +55,8 @@ KIMI_PROCESSOR = "sglang.srt.multimodal.processors.kimi_k25"
 KIMI_K25 = "sglang.srt.models.kimi_k25"
 _PROC_ATTR = "_vlm_fastpath_deferred_processor"
 
+
+PATCH = "sglang-kimi-k25-deferred-sender"
 
 def owner_ready() -> bool:
     """True when this process's Kimi K2.5 model carries the deferred owner patch."""
@@ -131,7 +134,9 @@ def deferred_call(wrapper, text, images, original_input_ids, kwargs, g):
 
 def _make_call(original, g):
     return deferring_call(
-        original, functools.partial(should_defer, g=g), functools.partial(deferred_call, g=g)
+        original,
+        functools.partial(should_defer, g=g),
+        contained_sender(PATCH, functools.partial(deferred_call, g=g)),
     )
 
 
@@ -141,7 +146,7 @@ def _make_collect(original):
 
 @register
 class KimiK25DeferredSenderPatch(Patch):
-    name = "sglang-kimi-k25-deferred-sender"
+    name = PATCH
     engine = "sglang"
     versions = ">=0.5.12,<0.5.23"
     trigger = KIMI_PROCESSOR

@@ -43,6 +43,7 @@ from .... import settings
 from ...base import Patch, PatchContext
 from ...registry import register
 from .._common import module, require
+from ._contained import contained_sender
 from ._shared import (
     K3_ITEM_KEY,
     collect_with_payloads,
@@ -57,6 +58,8 @@ K25_PROCESSOR = "sglang.srt.multimodal.processors.kimi_k25"
 UPSTREAM = "sglang.srt.multimodal.kimi_k3_image_processing"
 TRANSPORT_ATTR = "_vlm_fastpath_mm_feature_transport"
 
+
+PATCH = "sglang-kimi-k3-deferred-sender"
 
 def upstream_defers() -> str | None:
     """Reason string when the release defers K3 preprocessing itself (0.5.18+)."""
@@ -219,7 +222,9 @@ def deferred_call(wrapper, text, images, original_input_ids, kwargs, g):
 
 def _make_call(original, g):
     return deferring_call(
-        original, functools.partial(should_defer, g=g), functools.partial(deferred_call, g=g)
+        original,
+        functools.partial(should_defer, g=g),
+        contained_sender(PATCH, functools.partial(deferred_call, g=g)),
     )
 
 
@@ -240,7 +245,7 @@ def _make_collect(original):
 
 @register
 class KimiK3DeferredSenderPatch(Patch):
-    name = "sglang-kimi-k3-deferred-sender"
+    name = PATCH
     engine = "sglang"
     versions = ">=0.5.17,<0.5.18"
     trigger = K3_PROCESSOR

@@ -19,16 +19,72 @@ sglang-kimi-k25-fused-cpu-processor
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from ...base import Patch, PatchContext
+from ...containment import call_contained
 from ...registry import register
 from .._common import module, require
 
 KIMI_PROCESSOR = "sglang.srt.multimodal.processors.kimi_k25"
+PATCH = "sglang-kimi-k25-fused-cpu-processor"
+_CLASSES: dict[str, type] = {}
+
+
+def contained_processor_class() -> type:
+    """``FusedKimiProcessor`` whose pixel and token methods run contained (built on first use).
+
+    After a fault in our code the checkpoint's own processor (``engine_processor``) answers
+    that call: both are pure on their inputs. A module-level name (``__getattr__`` below), so
+    instances pickle like the checkpoint's processor did.
+    """
+    cls = _CLASSES.get("ContainedFusedKimiProcessor")
+    if cls is not None:
+        return cls
+    from ....kimi_integration import FusedKimiProcessor
+
+    class ContainedFusedKimiProcessor(FusedKimiProcessor):
+        engine_processor: Any = None
+
+        def preprocess(self, medias: Any, *args: Any, **kwargs: Any) -> Any:
+            engine = self.engine_processor
+            return call_contained(
+                PATCH,
+                functools.partial(super().preprocess, medias, *args, **kwargs),
+                None if engine is None else functools.partial(
+                    engine.preprocess, medias, *args, **kwargs
+                ),
+                where="FusedKimiProcessor.preprocess",
+            )
+
+        def media_tokens_calculator(self, media: Any) -> int:
+            engine = self.engine_processor
+            return call_contained(
+                PATCH,
+                functools.partial(super().media_tokens_calculator, media),
+                None if engine is None else functools.partial(
+                    engine.media_tokens_calculator, media
+                ),
+                where="FusedKimiProcessor.media_tokens_calculator",
+            )
+
+    ContainedFusedKimiProcessor.__module__ = __name__
+    ContainedFusedKimiProcessor.__qualname__ = "ContainedFusedKimiProcessor"
+    _CLASSES["ContainedFusedKimiProcessor"] = ContainedFusedKimiProcessor
+    return ContainedFusedKimiProcessor
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ContainedFusedKimiProcessor":
+        return contained_processor_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fused_media_processor(media_processor):
-    """A ``FusedKimiProcessor`` for a checkpoint media processor (None if not convertible)."""
+    """A fused processor for a checkpoint media processor (None if not convertible).
+
+    Built as :func:`contained_processor_class`, answered by ``media_processor`` on faults.
+    """
     from ....kimi_integration import FusedKimiProcessor
 
     if isinstance(media_processor, FusedKimiProcessor):
@@ -37,16 +93,19 @@ def fused_media_processor(media_processor):
     if not isinstance(config, dict):
         return None
     try:
-        return FusedKimiProcessor(config)
+        fused = contained_processor_class()(config)
     except Exception:  # noqa: BLE001 - an unknown config keeps the checkpoint's processor
         return None
+    fused.engine_processor = media_processor
+    return fused
 
 
 def _make_init(original):
     @functools.wraps(original)
     def __init__(self, hf_processor, *args, **kwargs):
         original(self, hf_processor, *args, **kwargs)
-        fused = fused_media_processor(getattr(hf_processor, "media_processor", None))
+        checkpoint = getattr(hf_processor, "media_processor", None)
+        fused = fused_media_processor(checkpoint)
         if fused is None:
             return
         try:
@@ -60,7 +119,7 @@ def _make_init(original):
 
 @register
 class KimiFusedCpuProcessorPatch(Patch):
-    name = "sglang-kimi-k25-fused-cpu-processor"
+    name = PATCH
     engine = "sglang"
     versions = ">=0.5.12,<0.5.23"
     trigger = KIMI_PROCESSOR

@@ -25,11 +25,13 @@ from __future__ import annotations
 import functools
 
 from ...base import Patch, PatchContext
+from ...containment import contained
 from ...registry import register
 from .._common import module, require
 from ._host_seqlens import HOST_SEQLENS, HostMaxSeqlen
 
 VISION = "sglang.srt.layers.attention.vision"
+PATCH = "sglang-vision-host-max-seqlen"
 
 
 def _host_max_seqlen(kwargs, cu_seqlens, g) -> int | None:
@@ -48,6 +50,7 @@ def _host_max_seqlen(kwargs, cu_seqlens, g) -> int | None:
 def _flash_forward(original, g, version: int | None):
     import torch
 
+    @contained(PATCH, original)  # pure on its inputs: the original may answer a fault
     @functools.wraps(original)
     def forward(self, q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, **kwargs):
         max_seqlen = _host_max_seqlen(kwargs, cu_seqlens, g)
@@ -75,6 +78,7 @@ def _flash_forward(original, g, version: int | None):
 def _triton_forward(original, g):
     import torch
 
+    @contained(PATCH, original)  # pure on its inputs: the original may answer a fault
     @functools.wraps(original)
     def forward(self, q, k, v, cu_seqlens, bsz, seq_len, softmax_scale=None, **kwargs):
         max_seqlen = _host_max_seqlen(kwargs, cu_seqlens, g)
@@ -110,6 +114,7 @@ def _host_cu_seqlens(kwargs, cu_seqlens, q, bsz, g):
 
 
 def _sdpa_forward(original, g):
+    @contained(PATCH, original)  # pure on its inputs: the original may answer a fault
     @functools.wraps(original)
     def forward(self, q, k, v, bsz, cu_seqlens=None, attention_mask=None, **kwargs):
         if attention_mask is None and cu_seqlens is not None and q.dim() == 3:
@@ -126,7 +131,7 @@ def _sdpa_forward(original, g):
 
 @register
 class VisionHostMaxSeqlenPatch(Patch):
-    name = "sglang-vision-host-max-seqlen"
+    name = PATCH
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"
     trigger = VISION

@@ -40,12 +40,14 @@ import functools
 from itertools import accumulate
 
 from ...base import Patch, PatchContext
+from ...containment import contained
 from ...registry import register
 from .._common import cuda_available, grid_of, module, require, source_of
 from ._host_seqlens import HOST_SEQLENS, HostMaxSeqlen, HostSeqlens
 
 KIMI_K25 = "sglang.srt.models.kimi_k25"
 VISION = "sglang.srt.layers.attention.vision"
+PATCH = "sglang-moonvit-max-seqlen-once"
 
 
 def _host_grid(grid):
@@ -60,6 +62,7 @@ def _host_grid(grid):
 def _make_get_image_feature(original, g):
     import torch
 
+    @contained(PATCH, original)  # pure on its inputs: the original may answer a fault
     @functools.wraps(original)
     def get_image_feature(self, items):
         tower = self.vision_tower
@@ -84,6 +87,7 @@ def _make_get_image_feature(original, g):
 def _make_encoder_forward(original):
     import torch
 
+    @contained(PATCH, original)  # pure on its inputs: the original may answer a fault
     @functools.wraps(original)
     def forward(self, hidden_states, grid_thws):
         host = _host_grid(grid_thws)
@@ -105,6 +109,7 @@ def _make_encoder_forward(original):
 
 
 def _make_layer_forward(original):
+    @contained(PATCH, original)  # pure on its inputs: the original may answer a fault
     @functools.wraps(original)
     def forward(self, hidden_states, cu_seqlens, max_seqlen, rope_freqs_cis=None):
         extra = {"max_seqlen": max_seqlen} if isinstance(max_seqlen, HostMaxSeqlen) else {}
@@ -123,7 +128,7 @@ def _make_layer_forward(original):
 
 @register
 class MoonViTMaxSeqlenOncePatch(Patch):
-    name = "sglang-moonvit-max-seqlen-once"
+    name = PATCH
     engine = "sglang"
     versions = ">=0.5.12,<0.5.16"
     trigger = KIMI_K25

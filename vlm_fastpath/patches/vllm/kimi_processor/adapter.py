@@ -11,13 +11,15 @@ Imported lazily by the vLLM patches' ``apply`` only: this module imports transfo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
 
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiConfigError
+
+from ...containment import call_contained
 
 # Keys of a preprocessor_config.json that describe how it was loaded, not the processor.
 _LOADER_KEYS = frozenset(
@@ -30,6 +32,12 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
 
     model_type = "kimi_k25"
     model_input_names = ["pixel_values", "grid_thws"]
+    # Run-time containment: the patch that handed this processor out, and how to build the
+    # engine's own processor that answers a call whose fast path faulted. The patches set
+    # them (class-wide for vLLM's fused class; per instance for the checkpoint's loader).
+    patch_name: str = "vllm-kimi-fused-processor"
+    engine_class: ClassVar[Callable[[dict[str, Any]], Any] | None] = None
+    engine_fallback: Callable[[], Any] | None = None
 
     def __init__(self, media_proc_cfg: Mapping[str, Any], **kwargs: Any) -> None:
         for key in _LOADER_KEYS:
@@ -68,10 +76,41 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
     ) -> BatchFeature:
         if isinstance(medias, (list, tuple)) and not medias:
             return BatchFeature(data={}, tensor_type=return_tensors)
-        out = self._fused.preprocess(
-            medias, return_tensors="pt", do_rescale=do_rescale, do_normalize=do_normalize
+
+        def fast() -> BatchFeature:
+            out = self._fused.preprocess(
+                medias, return_tensors="pt", do_rescale=do_rescale, do_normalize=do_normalize
+            )
+            return BatchFeature(data=dict(out), tensor_type=return_tensors)
+
+        def engine() -> Any:  # the processor vLLM would have used, same arguments
+            processor = self._engine_processor()
+            flags = {} if do_rescale and do_normalize else {
+                "do_rescale": do_rescale, "do_normalize": do_normalize
+            }
+            if flags and not _takes_normalize_flags(processor.preprocess):
+                # Before 0.32 vLLM's processors always normalize: float32 pixels, which the
+                # device-normalize patch's model side passes through unchanged.
+                flags = {}
+            return processor.preprocess(medias, return_tensors=return_tensors, **flags)
+
+        has_engine = self.engine_fallback is not None or self.engine_class is not None
+        # Pure on its inputs: the engine's processor may answer a call that faulted here.
+        return call_contained(
+            self.patch_name, fast, engine if has_engine else None,
+            where="FastpathKimiVisionProcessor.preprocess",
         )
-        return BatchFeature(data=dict(out), tensor_type=return_tensors)
+
+    def _engine_processor(self) -> Any:
+        engine = self.__dict__.get("_engine")
+        if engine is None:
+            if self.engine_fallback is not None:
+                engine = self.engine_fallback()
+            else:
+                assert self.engine_class is not None
+                engine = self.engine_class(dict(self.media_proc_cfg))
+            self.__dict__["_engine"] = engine
+        return engine
 
     def __call__(self, medias: Any, *args: Any, **kwargs: Any) -> BatchFeature:
         return self.preprocess(medias, *args, **kwargs)
@@ -103,6 +142,17 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
         if kwargs.get("return_unused_kwargs"):
             return processor, {}
         return processor
+
+
+def _takes_normalize_flags(preprocess: Any) -> bool:
+    """True when a processor's ``preprocess`` accepts ``do_normalize`` (vLLM 0.32+)."""
+    import inspect
+
+    try:
+        params = inspect.signature(preprocess).parameters
+    except (TypeError, ValueError):
+        return False
+    return "do_normalize" in params
 
 
 def _jsonable(value: Any) -> Any:

@@ -60,6 +60,8 @@ class KimiFusedProcessorPatch(Patch):
 
         from .adapter import FastpathKimiVisionProcessor
 
+        ctx.set_attr(FastpathKimiVisionProcessor, "patch_name", self.name)
+        ctx.set_attr(FastpathKimiVisionProcessor, "engine_class", original)  # answers faults
         ctx.rebind_globals(original, FastpathKimiVisionProcessor, ("vllm.",))
         if kimi.__dict__.get(CLASS_NAME) is not FastpathKimiVisionProcessor:
             raise LookupError(f"could not rebind {KIMI_K25}.{CLASS_NAME}")

@@ -35,6 +35,7 @@ from itertools import accumulate
 from typing import Any
 
 from ...base import Patch, PatchContext
+from ...containment import contained
 from ...registry import register
 
 KIMI_K25_VIT = "vllm.model_executor.models.kimi_k25_vit"
@@ -43,6 +44,7 @@ ENCODER_CLASS = "MoonViT3dEncoder"
 LAYER_CLASS = "MoonViTEncoderLayer"
 # Attention backends whose wrapper reads cu_seqlens on the host (``.tolist()``) each call.
 _HOST_CU_SEQLENS_BACKENDS = frozenset({"TORCH_SDPA"})
+PATCH = "vllm-moonvit-max-seqlen"
 
 
 def host_grid(grid_thws: Any) -> Any:
@@ -59,6 +61,7 @@ def _uses_host_cu_seqlens(layer: Any) -> bool:
 
 
 def _make_tower_forward(original: Any, g: dict[str, Any]) -> Any:
+    @contained(PATCH, original)  # reads its inputs only: the original may answer after a fault
     @functools.wraps(original)
     def forward(self, pixel_values, grid_thws):
         if getattr(self, "merge_type", None) != "sd2_tpool":
@@ -76,6 +79,7 @@ def _make_tower_forward(original: Any, g: dict[str, Any]) -> Any:
 def _make_encoder_forward(original: Any) -> Any:
     import torch
 
+    @contained(PATCH, original)  # local tensors only: the original may answer after a fault
     @functools.wraps(original)
     def forward(self, hidden_states, grid_thws):
         grid = host_grid(grid_thws)
@@ -123,6 +127,11 @@ def _attention(layer: Any, x: Any, cu_seqlens: Any, rope_freqs_cis: Any, max_seq
 
 def _make_layer_forward(original: Any) -> Any:
     @functools.wraps(original)
+    def engine_forward(self, hidden_states, cu_seqlens, rope_freqs_cis=None, **_hints):
+        return original(self, hidden_states, cu_seqlens, rope_freqs_cis)  # hints dropped
+
+    @contained(PATCH, engine_forward)  # pure on its inputs: the original may answer
+    @functools.wraps(original)
     def forward(
         self,
         hidden_states,
@@ -148,7 +157,7 @@ def _make_layer_forward(original: Any) -> Any:
 
 @register
 class MoonViTMaxSeqlenPatch(Patch):
-    name = "vllm-moonvit-max-seqlen"
+    name = PATCH
     engine = "vllm"
     versions = ">=0.15,<0.23"
     trigger = KIMI_K25_VIT

@@ -1,0 +1,18 @@
+"""vLLM's image loader answers a decompression bomb with a 400, like every other bad image.
+
+Why: ``ImageMediaIO.load_bytes`` turns Pillow's decode errors into ``ValueError`` (which the
+OpenAI server maps to HTTP 400) by catching ``OSError``/``UnidentifiedImageError`` (0.33 also
+``SyntaxError``). ``Image.open`` rejects an image above ``2 * PIL.Image.MAX_IMAGE_PIXELS`` with
+``DecompressionBombError``, which is not an ``OSError``: it escapes, and the client gets an
+HTTP 500 for its own bad input (with or without vlm-fastpath). 0.22-0.24 also let the
+``SyntaxError`` of a broken PNG chunk escape the same way.
+How: ``multimodal_media_image`` wraps ``ImageMediaIO.load_bytes`` (``load_base64`` and
+``load_file`` go through it) and re-raises those two as ``ValueError("Failed to load image:
+...")``, vLLM's own message for a bad image; every other outcome is the release's.
+Upstream PR: none.
+Versions: vLLM >=0.15,<0.34 where ``vllm.multimodal.media.image`` exists; stands aside
+("upstream") once ``load_bytes`` handles ``DecompressionBombError`` itself.
+Delete when: vLLM's loader maps ``DecompressionBombError`` to a client error itself.
+"""
+
+PATCH_MODULES = ("multimodal_media_image",)
