@@ -17,8 +17,13 @@ by the release's ``MmItemMemoryChunk.try_to_recycle``.
 
 The engine stubs (server args, rank getters, per-rank embedding cache) are installed only while
 a ``Cluster`` is ``installed()`` (``run`` does so itself) and restored on exit; nothing here
-needs pytest. The doubles follow the interfaces of the releases before 0.5.16 (where our
-deferral patches apply); nothing here imports SGLang at import time.
+needs pytest. The doubles follow both interfaces: the releases before 0.5.16 (rank getters in
+``dp_attention``, ``get_global_server_args``) and 0.5.16+ (``runtime_context.get_parallel`` /
+``get_server_args``, the proxy's own ``_acknowledge_consumption``); on 0.5.16+ the tower says it
+is on ``cuda:0`` (the release reconstructs IPC features only for CUDA devices) and each rank's
+thread maps CUDA factory calls to the CPU (``CudaOnCpu``). When a slot has been recycled, the
+tokenizer may already have written another image into it: a copy from a recycled slot reads
+zeros (``Slot.stale_reads`` counts them). Nothing here imports SGLang at import time.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class Slot:
         self.increments: list[tuple[int, float]] = []  # (rank, amount)
         self.released = 0
         self.touched_after_release = 0
+        self.stale_reads = 0  # copies made after the slot was recycled (they read zeros)
 
 
 def recording_proxy_class(base):
@@ -100,6 +106,9 @@ def recording_proxy_class(base):
 
         def _reconstruct_from_ipc_extra(self, ipc_extra, *, use_cache, rebuild_device_idx):
             raw = self._source.contiguous().view(torch.int8).view(-1)
+            if self._slot.released:  # the pool handed the slot to another image
+                self._slot.stale_reads += 1
+                raw = torch.zeros_like(raw)
             return raw, torch.device("cpu"), ("simulated-pool", rebuild_device_idx), None
 
         def _copy_slice_tensor_to_target(self, slice_tensor, rebuild_device, recons_shape,
@@ -107,7 +116,11 @@ def recording_proxy_class(base):
             out = torch.empty(recons_shape, dtype=recons_dtype)
             out.view(torch.int8).view(-1).copy_(slice_tensor)
             RecordingProxy.copies.append((self._slot.ident, self._rank))
-            flag = self.get_sync_flag  # the release's +1 per copy
+            acknowledge = getattr(base, "_acknowledge_consumption", None)
+            if acknowledge is not None:  # 0.5.16+: the release's own counting (consumer_count)
+                acknowledge(self, rest[0] if rest else 1)
+                return out
+            flag = self.get_sync_flag  # up to 0.5.15: the release's +1 per copy
             flag += 1
             self.close_shm()
             return out
@@ -131,35 +144,109 @@ class FakeTower(torch.nn.Module):
         self.patch_embed = types.SimpleNamespace(
             proj=types.SimpleNamespace(weight=torch.zeros(1, dtype=torch.float32))
         )
-        self.lin = torch.nn.Linear(12, HIDDEN)
+        # Elementwise, so a patch's result does not depend on which images share its batch:
+        # DP shards and the non-DP batch give bit-identical embeddings.
+        self.scale = torch.nn.Parameter(torch.randn(HIDDEN))
+        self.shift = torch.nn.Parameter(torch.randn(HIDDEN))
         self.device = torch.device("cpu")
 
     def forward(self, pixel_values, grid_thws):
-        out = self.lin(pixel_values.reshape(pixel_values.shape[0], -1))
+        flat = pixel_values.reshape(pixel_values.shape[0], -1)[:, :HIDDEN]
+        out = flat * self.scale + self.shift
         return [part.reshape(-1, 4, HIDDEN) for part in out.split(
             [t * h * w for t, h, w in grid_thws.tolist()])]
 
 
-class Cluster:
-    """TP ranks as threads of one process: thread-local rank getters, a real all-gather across
-    the threads (a barrier: a rank that skipped it would break it), one embedding cache per
-    rank."""
+def new_runtime_api() -> bool:
+    """0.5.16+: parallel state and server args come from ``sglang.srt.runtime_context``."""
+    import importlib.util
 
-    def __init__(self, tp: int) -> None:
+    import sglang.srt.multimodal.mm_utils as mm
+
+    return importlib.util.find_spec("sglang.srt.runtime_context") is not None and hasattr(
+        mm, "get_parallel"
+    )
+
+
+# modules whose ``get_parallel``/``get_server_args`` globals the 0.5.16+ stubs replace
+_RUNTIME_USERS = (
+    "sglang.srt.runtime_context",
+    "sglang.srt.managers.mm_utils",
+    "sglang.srt.managers.schedule_batch",
+    "sglang.srt.multimodal.mm_utils",
+    "sglang.srt.models.kimi_k25",
+    "sglang.srt.utils.cuda_ipc_transport_utils",
+)
+
+
+class CudaOnCpu(torch.overrides.TorchFunctionMode):
+    """Maps ``device=cuda...`` of torch calls to the CPU (0.5.16+ code under a CUDA tower)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if _is_cuda(kwargs.get("device")):
+            kwargs["device"] = "cpu"
+        if func is torch.Tensor.to:
+            args = tuple("cpu" if _is_cuda(a) else a for a in args)
+        return func(*args, **kwargs)
+
+
+def _is_cuda(device) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return False
+
+
+class _Parallel:
+    """0.5.16+'s ``get_parallel()`` as one simulated rank sees it."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+
+    @property
+    def attn_tp_size(self) -> int:
+        return self._cluster.tp
+
+    tp_size = attn_tp_size
+
+    @property
+    def attn_tp_rank(self) -> int:
+        return self._cluster.local.rank
+
+    tp_rank = attn_tp_rank
+
+    @property
+    def attn_tp_group(self) -> Cluster:
+        return self._cluster
+
+
+class Cluster:
+    """TP ranks as threads of one process: thread-local rank getters, a real all-gather and
+    broadcast across the threads (a barrier: a rank that skipped one would break it), one
+    embedding cache per rank."""
+
+    def __init__(self, tp: int, *, encoder_dp: bool = True, cache_bytes: int = 1 << 30) -> None:
+        import importlib
+        import sys
+
         import sglang.srt.layers.dp_attention as dpa
         import sglang.srt.managers.mm_utils as mm_utils
         import sglang.srt.server_args as sa
         import sglang.srt.utils.cuda_ipc_transport_utils as transport
 
         self.tp, self.gathers = tp, []
+        self.new_api = new_runtime_api()
         self.local = threading.local()
         self.barrier = threading.Barrier(tp, timeout=60)
         self.parts: list = [None] * tp
-        args = types.SimpleNamespace(tp_size=tp, mm_enable_dp_encoder=True)
+        args = types.SimpleNamespace(tp_size=tp, mm_enable_dp_encoder=encoder_dp)
+        self.server_args = args
         self.caches = []
         saved = getattr(mm_utils, "embedding_cache", None)
         for _ in range(tp):
-            mm_utils.init_mm_embedding_cache(1 << 30)
+            mm_utils.init_mm_embedding_cache(cache_bytes)
             self.caches.append(mm_utils.embedding_cache)
         mm_utils.embedding_cache = saved
         cluster = self
@@ -177,6 +264,14 @@ class Cluster:
             (torch.cuda, "current_device", lambda: 0),
             (mm_utils, "embedding_cache", PerRankCache()),
         ]
+        if self.new_api:
+            parallel = _Parallel(self)
+            for name in _RUNTIME_USERS:
+                mod = sys.modules.get(name) or importlib.import_module(name)
+                if hasattr(mod, "get_parallel"):
+                    self.stubs.append((mod, "get_parallel", lambda: parallel))
+                if hasattr(mod, "get_server_args"):
+                    self.stubs.append((mod, "get_server_args", lambda: args))
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[Cluster]:
@@ -204,6 +299,24 @@ class Cluster:
         self.barrier.wait()  # nobody overwrites a part before everyone has read them
         return out
 
+    def broadcast(self, tensor, src=0):
+        rank = self.local.rank
+        self.gathers.append(rank)
+        if rank == src:
+            self.parts[src] = tensor
+        self.barrier.wait()
+        if rank != src:
+            tensor.copy_(self.parts[src])
+        self.barrier.wait()
+        return tensor
+
+    def evict(self, hashes) -> None:
+        """Drop these embeddings from every rank's cache (what other requests' inserts do)."""
+        for cache in self.caches:
+            for item_hash in hashes:
+                if cache.has(item_hash):
+                    cache.free(item_hash, None)
+
     def run(self, work):
         """``work(rank)`` on every rank concurrently; returns the results by rank."""
         results, errors = [None] * self.tp, []
@@ -211,7 +324,11 @@ class Cluster:
         def target(rank):
             self.local.rank = rank
             try:
-                results[rank] = work(rank)
+                if self.new_api:
+                    with CudaOnCpu():
+                        results[rank] = work(rank)
+                else:
+                    results[rank] = work(rank)
             except BaseException as exc:  # noqa: BLE001 - re-raised below
                 errors.append(exc)
                 self.barrier.abort()
@@ -227,16 +344,22 @@ class Cluster:
         return results
 
 
-def kimi_model():
-    """A ``KimiK25ForConditionalGeneration`` with a small stand-in tower, encoder DP on."""
+def kimi_model(encoder_dp: bool = True):
+    """A ``KimiK25ForConditionalGeneration`` with a small stand-in tower.
+
+    On 0.5.16+ the tower reports ``cuda:0`` (the release reconstructs IPC features only for a
+    CUDA tower; ``Cluster.run`` keeps the tensors on the CPU).
+    """
     import sglang.srt.models.kimi_k25 as kimi
 
     model = kimi.KimiK25ForConditionalGeneration.__new__(kimi.KimiK25ForConditionalGeneration)
     torch.nn.Module.__init__(model)
     torch.manual_seed(0)
     model.vision_tower = FakeTower()
+    if new_runtime_api():
+        model.vision_tower.device = torch.device("cuda", 0)
     model.mm_projector = lambda x: x.reshape(x.shape[0], -1) * 2.0
-    model.use_data_parallel = True
+    model.use_data_parallel = encoder_dp
     return model
 
 
@@ -288,13 +411,13 @@ def qwen_model(family: str):
     return model
 
 
-def random_requests(n_requests: int, seed: int):
+def random_requests(n_requests: int, seed: int, tps=(1, 2, 4, 8)):
     """(tp, [(hash, grid)], chunk split) per request; hashes repeat, so the cache gets hits."""
     rng = random.Random(seed)
     grids = [(1, 2, 2), (1, 2, 4), (1, 4, 4), (1, 4, 2), (1, 6, 2)]
     out = []
     for _ in range(n_requests):
-        tp = rng.choice((2, 4, 8))
+        tp = rng.choice(tps)
         n = rng.randint(1, 8)
         images = [(rng.randrange(40), rng.choice(grids)) for _ in range(n)]
         out.append((tp, images, rng.random()))
@@ -314,13 +437,24 @@ class SimRun:
     clusters: dict[int, Cluster]  # by TP size
 
 
-def run_requests(requests, *, patched: bool, family: str = "kimi_k25") -> SimRun:
+def run_requests(requests, *, patched: bool, family: str = "kimi_k25", encoder_dp: bool = True,
+                 entry: str = "by_item", between_chunks=None, cache_bytes: int = 1 << 30,
+                 tokenizer_dp: bool | None = None) -> SimRun:
     """Run ``requests`` through the release's code (apply or revert the patches beforehand).
 
     ``patched``: the Kimi K2.5 processor's items get the deferral marker through our
     ``mark_deferrable`` (``sglang-kimi-k25-defer-ipc-marker``), as the patched processor does.
     ``family``: ``"kimi_k25"`` or a ``QWEN_FAMILIES`` key (the Qwen-VL processor's marker,
     ``sglang-qwen-vl-defer-ipc-marker``, and raw Qwen patches of width 1176).
+    ``encoder_dp``: the server's ``--mm-enable-dp-encoder`` (off: the release's non-DP path).
+    ``entry``: the release function each prefill chunk goes through: ``"by_item"``
+    (``_get_chunked_embedding_by_item``), ``"prefill"`` (``_get_chunked_prefill_embedding``,
+    which picks the path itself; on 0.5.16+ its CUDA path batches misses across requests) or
+    ``"full"`` (``_get_chunked_embedding_full``).
+    ``between_chunks(cluster, req_slots)``: run once (by rank 0, the others waiting) between a
+    request's two chunks, e.g. to recycle slots and evict cached embeddings.
+    ``tokenizer_dp``: the tokenizer's view of ``--mm-enable-dp-encoder`` when it differs from
+    the scheduler's (``encoder_dp``): whether the marker is set.
     """
     import sglang.srt.managers.mm_utils as mm_utils
     import sglang.srt.managers.schedule_batch as sb
@@ -335,34 +469,31 @@ def run_requests(requests, *, patched: bool, family: str = "kimi_k25") -> SimRun
     proxy_cls = recording_proxy_class(transport.CudaIpcTensorTransportProxy)
     proxy_cls.copies = []
     if family == "kimi_k25":
-        model, mark, patch_shape = kimi_model(), mark_deferrable, (3, 2, 2)
+        model, mark, patch_shape = kimi_model(encoder_dp), mark_deferrable, (3, 2, 2)
         processor = type("KimiK2_5VLImageProcessor", (), {})()
     else:
         model, mark = qwen_model(family), mark_qwen_deferrable
+        model.use_data_parallel = encoder_dp
         patch_shape = (FakeQwenVisual.width,)
         processor = type("QwenVLImageProcessor", (), {})()
         processor.hf_config = types.SimpleNamespace(architectures=[QWEN_FAMILIES[family][1]])
-    processor.server_args = types.SimpleNamespace(mm_enable_dp_encoder=True)
+    marker_dp = encoder_dp if tokenizer_dp is None else tokenizer_dp
+    processor.server_args = types.SimpleNamespace(mm_enable_dp_encoder=marker_dp)
     run = SimRun([], [], [], {})
-    chunk = mm_utils.__dict__["_get_chunked_embedding_by_item"]
+    lookup = _chunk_lookup(mm_utils.__dict__, entry)
     for tp, images, split in requests:
-        cluster = run.clusters.get(tp) or run.clusters.setdefault(tp, Cluster(tp))
+        cluster = run.clusters.get(tp) or run.clusters.setdefault(
+            tp, Cluster(tp, encoder_dp=encoder_dp, cache_bytes=cache_bytes))
         features = [torch.randn(t * h * w, *patch_shape,
                                 generator=torch.Generator().manual_seed(hh))
                     for hh, (t, h, w) in images]
-        offsets, start = [], 5
-        for _, (t, h, w) in images:
-            n_tok = t * h * w // 4
-            offsets.append((start, start + n_tok - 1))
-            start += n_tok + 3
-        total = start
-        cut = max(1, min(total - 1, int(total * split)))
+        offsets, total, cut = layout(images, split)
         req_slots = [Slot(len(run.slots) + i) for i in range(len(images))]
         run.slots.extend(req_slots)
         before = len(proxy_cls.copies)
 
         def work(rank, images=images, features=features, req_slots=req_slots,
-                 offsets=offsets, total=total, cut=cut):
+                 offsets=offsets, total=total, cut=cut, cluster=cluster):
             items = []
             for (hh, (t, h, w)), feature, slot, off in zip(images, features, req_slots, offsets,
                                                           strict=True):
@@ -380,9 +511,14 @@ def run_requests(requests, *, patched: bool, family: str = "kimi_k25") -> SimRun
             mm_inputs = sb.MultimodalInputs.from_processor_output(obj)
             got = []
             with torch.no_grad():
-                for prefix, length in ((0, cut), (cut, total - cut)):
-                    emb = chunk(model.get_image_feature, mm_inputs.mm_items, offsets, prefix,
-                                length, torch.device("cpu"))
+                for index, (prefix, length) in enumerate(((0, cut), (cut, total - cut))):
+                    if index == 1 and between_chunks is not None:
+                        cluster.barrier.wait()
+                        if rank == 0:
+                            between_chunks(cluster, req_slots)
+                        cluster.barrier.wait()
+                    emb = lookup(model.get_image_feature, mm_inputs.mm_items, offsets, prefix,
+                                 length)
                     if emb is not None:
                         got.append(emb)
             return torch.cat(got)
@@ -392,6 +528,41 @@ def run_requests(requests, *, patched: bool, family: str = "kimi_k25") -> SimRun
         with cluster.installed():  # the recycler reads the server's tp_size
             recycle(req_slots, transport)
     return run
+
+
+def layout(images, split: float):
+    """(item offsets, prompt length, first chunk's length) of a simulated request."""
+    offsets, start = [], 5
+    for _, (t, h, w) in images:
+        n_tok = t * h * w // 4
+        offsets.append((start, start + n_tok - 1))
+        start += n_tok + 3
+    return offsets, start, max(1, min(start - 1, int(start * split)))
+
+
+def straddling(images, split: float) -> list[int]:
+    """Indices of the images whose tokens the chunk boundary splits."""
+    offsets, _, cut = layout(images, split)
+    return [i for i, (start, end) in enumerate(offsets) if start < cut <= end]
+
+
+def _chunk_lookup(mm_g, entry: str):
+    """``lookup(embed, items, offsets, prefix, length) -> chunk embedding | None``."""
+    cpu = torch.device("cpu")
+    ids = torch.zeros(1, dtype=torch.long)
+    if entry == "by_item":
+        func = mm_g["_get_chunked_embedding_by_item"]
+        return lambda embed, items, offsets, prefix, length: func(
+            embed, items, offsets, prefix, length, cpu)
+    if entry == "full":
+        func = mm_g["_get_chunked_embedding_full"]
+        return lambda embed, items, offsets, prefix, length: func(
+            embed, items, offsets, prefix, length, ids, cpu)[0]
+    if entry == "prefill":
+        func = mm_g["_get_chunked_prefill_embedding"]
+        return lambda embed, items, offsets, prefix, length: func(
+            embed, items, [0, len(items)], [prefix], [length], [offsets], ids)[0]
+    raise ValueError(f"unknown entry {entry!r}")
 
 
 def recycle(req_slots, transport: Any) -> None:
@@ -426,3 +597,54 @@ def copies_table(tps=(2, 4, 8), images=range(1, 9)) -> dict[str, dict[str, dict[
     finally:
         REGISTRY.revert(engine="sglang")
     return table
+
+
+# The chunk-boundary scenarios (ci/sglang/HAZARD-cache-hit-then-miss.md). Each returns the SimRun
+# of the release's code as it stands (patches applied or not, decided by the caller).
+X_IMAGE, Y_IMAGE = 7, 8  # hash seeds
+X_GRID, Y_GRID = (1, 4, 4), (1, 4, 6)  # 4 and 6 tokens; Y is the larger image
+
+
+def recycle_and_evict(hashes, slot_ident=None):
+    """``between_chunks``: the pool recycles what is releasable, other requests evict
+    ``hashes`` (image hash seeds; also their combined keys, which the full path caches under);
+    only for the request whose first slot is ``slot_ident``."""
+
+    def between(cluster, req_slots):
+        import sglang.srt.utils.cuda_ipc_transport_utils as transport
+
+        if slot_ident is not None and req_slots[0].ident != slot_ident:
+            return
+        recycle(req_slots, transport)
+        keys = [1_000_003 + h for h in hashes]
+        combine = type(cluster.caches[0]).combine_hashes  # the full path's key
+        cluster.evict([*keys, combine(keys), *(combine([key]) for key in keys)])
+
+    return between
+
+
+def hit_then_miss(tp: int, *, patched: bool, entry: str = "by_item",
+                  encoder_dp: bool = True) -> SimRun:
+    """Request 0 caches image X. Request 1 sends X again (a new slot); its first chunk ends
+    inside X: a cache hit. Between the chunks the pool recycles what it may and X is evicted;
+    the second chunk misses X and has to read its slot."""
+    requests = [(tp, [(X_IMAGE, X_GRID)], 0.95), (tp, [(X_IMAGE, X_GRID)], 0.5)]
+    return run_requests(requests, patched=patched, entry=entry, encoder_dp=encoder_dp,
+                        between_chunks=recycle_and_evict([X_IMAGE], slot_ident=1))
+
+
+def miss_then_miss(tp: int, *, patched: bool, entry: str = "by_item",
+                   encoder_dp: bool = True) -> SimRun:
+    """One request: X spans the chunk boundary, Y lies in the second chunk. The first chunk
+    misses X alone (rank 0 owns it); X is evicted between the chunks; the second chunk misses
+    X and Y, and the larger Y now takes rank 0, so rank 1 owns X."""
+    requests = [(tp, [(X_IMAGE, X_GRID), (Y_IMAGE, Y_GRID)], 0.34)]
+    return run_requests(requests, patched=patched, entry=entry, encoder_dp=encoder_dp,
+                        between_chunks=recycle_and_evict([X_IMAGE, Y_IMAGE]))
+
+
+def hit_only(tp: int, *, patched: bool, entry: str = "by_item",
+             encoder_dp: bool = True) -> SimRun:
+    """Request 0 caches image X; request 1 sends X again and hits it (no miss follows)."""
+    requests = [(tp, [(X_IMAGE, X_GRID)], 0.95), (tp, [(X_IMAGE, X_GRID)], 0.95)]
+    return run_requests(requests, patched=patched, entry=entry, encoder_dp=encoder_dp)

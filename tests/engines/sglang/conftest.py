@@ -27,6 +27,7 @@ SGLANG_MODULES = (
     "sglang.srt.models.qwen2_5_vl",
     "sglang.srt.models.qwen3_vl",
     "sglang.srt.models.qwen3_vl_moe",
+    "sglang.srt.multimodal.processors.qwen_vl",
 )
 
 H2D = "sglang-batched-feature-h2d"
@@ -88,11 +89,22 @@ for _version, _status in (("0.5.12.post1", "not-needed"), ("0.5.15.post1", "not-
                           ("0.5.17", "applied"), ("0.5.23", "upstream")):
     EXPECTED[_version].update(dict.fromkeys(K3_DEFER, _status))
 
+# Kimi K2.5 GPU preprocessing: one interpolate per (source shape, dtype, target); 0.5.16+ upstream
+RESIZE = "sglang-kimi-k25-batched-same-shape-resize"
+for _version, _status in (("0.5.12.post1", "applied"), ("0.5.15.post1", "applied"),
+                          ("0.5.17", "upstream"), ("0.5.23", "upstream")):
+    EXPECTED[_version][RESIZE] = _status
+
 # MoonViT with the SDPA vision backend: mask from host cu_seqlens (0.5.17/0.5.23 still sync)
 SDPA = "sglang-moonvit-sdpa-host-cu-seqlens"
 for _version, _status in (("0.5.12.post1", "applied"), ("0.5.15.post1", "applied"),
                           ("0.5.17", "unsupported-version"), ("0.5.23", "unsupported-version")):
     EXPECTED[_version][SDPA] = _status
+
+
+# our Qwen-VL image processor on the CPU preprocessing path: every pinned release
+for _version in EXPECTED:
+    EXPECTED[_version]["sglang-qwen-vl-cpu-image-processor"] = "applied"
 
 
 def _present(names):

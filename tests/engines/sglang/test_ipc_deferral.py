@@ -24,8 +24,8 @@ from .conftest import IPC as IPC_PATCHES
 NEEDS_IT = ("0.5.12.post1", "0.5.15.post1")
 
 
-def _run(requests, *, patched: bool):
-    run = _ipc_sim.run_requests(requests, patched=patched)
+def _run(requests, *, patched: bool, encoder_dp: bool = True):
+    run = _ipc_sim.run_requests(requests, patched=patched, encoder_dp=encoder_dp)
     return run.slots, run.outputs, run.copies, run.clusters
 
 
@@ -50,9 +50,12 @@ def test_status_per_version(patched):
 
 
 def test_thousand_requests_owner_only_and_every_slot_released_once(ipc_engine):
+    """Attention-TP sizes 1, 2, 4 and 8; the reference is the release's non-DP path (the
+    release's own encoder-DP path fails at size 1)."""
     requests = _ipc_sim.random_requests(1000, seed=4)
+    assert {tp for tp, _, _ in requests} == {1, 2, 4, 8}
     REGISTRY.revert(engine="sglang")
-    base_slots, base_out, base_copies, _ = _run(requests, patched=False)
+    base_slots, base_out, base_copies, _ = _run(requests, patched=False, encoder_dp=False)
     REGISTRY.apply(engine="sglang")
     try:
         assert all(r.status.value == "applied" for r in REGISTRY.status("sglang")
@@ -60,20 +63,26 @@ def test_thousand_requests_owner_only_and_every_slot_released_once(ipc_engine):
         slots, out, copies, clusters = _run(requests, patched=True)
     finally:
         REGISTRY.revert(engine="sglang")
-    # unpatched: every rank copies every image; patched: at most one copy per image
+    # unpatched: every rank copies every image; patched: one copy per image, except an image
+    # that misses in a chunk that is not its last: every rank copies that one
     assert base_copies == [tp * len(images) for tp, images, _ in requests]
-    assert all(c <= len(images) for c, (_, images, _) in zip(copies, requests, strict=True))
+    straddles = [_ipc_sim.straddling(images, split) for _, images, split in requests]
+    for c, (tp, images, _), cut in zip(copies, requests, straddles, strict=True):
+        assert c <= len(images) + (tp - 1) * len(cut)
     assert sum(copies) < sum(len(images) for _, images, _ in requests)  # cache hits: none
+    assert sum(copies) < sum(base_copies) / 2
     for run_slots in (base_slots, slots):
         assert [s.released for s in run_slots] == [1] * len(run_slots)  # exactly once
         assert not any(s.touched_after_release for s in run_slots)
+        assert not any(s.stale_reads for s in run_slots)
         assert all(float(s.flag[0]) == 0.0 for s in run_slots)
-    # patched: one rank accounts for each slot, with the full TP size in one go
+    # patched: one rank accounts for each slot with the full TP size in one go, or (a
+    # straddling miss) every rank adds one
     for slot, tp in zip(slots, [tp for tp, images, _ in requests for _ in images], strict=True):
         ranks = {rank for rank, _ in slot.increments}
-        assert len(ranks) == 1, slot.increments
         assert sum(amount for _, amount in slot.increments) == tp
-    # embeddings fed to the model: identical on every rank with and without the patches
+        assert len(ranks) == 1 or sorted(slot.increments) == [(r, 1.0) for r in range(tp)]
+    # embeddings fed to the model: identical on every rank to the non-DP path's
     for a, b in zip(base_out, out, strict=True):
         for x, y in zip(a, b, strict=True):
             assert torch.equal(x, y)
@@ -83,18 +92,20 @@ def test_thousand_requests_owner_only_and_every_slot_released_once(ipc_engine):
         assert len(set(counts)) == 1, counts
 
 
-@pytest.mark.parametrize("tp", [2, 4, 8])
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
 @pytest.mark.parametrize("n_images", [1, 4])
 def test_tp_by_images_copy_counts(ipc_engine, tp, n_images):
     requests = [_ipc_sim.distinct_images_request(tp, n_images)]
     REGISTRY.revert(engine="sglang")
-    _, base_out, base, _ = _run(requests, patched=False)
+    _, base_out, base, _ = _run(requests, patched=False, encoder_dp=tp > 1)
     REGISTRY.apply(engine="sglang")
     try:
         slots, out, patched_copies, _ = _run(requests, patched=True)
     finally:
         REGISTRY.revert(engine="sglang")
-    assert base == [tp * n_images] and patched_copies == [n_images]
+    straddling = len(_ipc_sim.straddling(*requests[0][1:]))
+    assert base == [tp * n_images]
+    assert patched_copies == [n_images + (tp - 1) * straddling]
     assert [s.released for s in slots] == [1] * n_images
     assert all(torch.equal(x, y) for x, y in zip(base_out[0], out[0], strict=True))
 

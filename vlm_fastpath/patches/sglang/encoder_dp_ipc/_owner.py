@@ -1,7 +1,7 @@
 """Shared pieces of the owner-only ``get_image_feature`` patches under encoder DP (not a patch).
 
-Used by ``models_kimi_k25_encoder_dp.py``, ``models_qwen2_5_vl_encoder_dp.py`` and
-``models_qwen3_vl_encoder_dp.py``; nothing here imports SGLang at import time.
+Used by ``models_kimi_k25.py``, ``models_qwen2_5_vl.py`` and ``models_qwen3_vl.py`` of this
+folder; nothing here imports SGLang at import time.
 """
 
 from __future__ import annotations
@@ -19,18 +19,29 @@ def host_grid_rows(item) -> list[list[int]]:
     return rows if rows and isinstance(rows[0], list) else [rows]
 
 
-def make_local_loader(items, device, dtype, consumers, materialize):
+def make_local_loader(items, device, dtype, consumers, materialize, label=None):
     """``load_local_pixel_values`` for ``run_dp_sharded_mrope_vision_model``: the owner rank
     reconstructs a lazy IPC feature with the full consumer count, then packs its images into one
-    buffer (``materialize_multimodal_features``)."""
+    buffer (``materialize_multimodal_features``).
+
+    ``label``: the model's name in the error raised for a feature that is still no tensor after
+    reconstruction (upstream's wording: ``"<label> image feature must be a torch.Tensor"``).
+    """
 
     def load_local_pixel_values(indices):
+        import torch
+
         features = []
         for index in indices:
             item = items[index]
             if _switches.is_proxy(item.feature):
                 item.reconstruct(_switches.device_index(device), ipc_consumer_count=consumers)
-            features.append(item.feature)
+            feature = item.feature
+            if label is not None and not isinstance(feature, torch.Tensor):
+                raise TypeError(
+                    f"{label} image feature must be a torch.Tensor, got {type(feature)}"
+                )
+            features.append(feature)
         return materialize(features, device=device, dtype=dtype)
 
     return load_local_pixel_values
@@ -39,10 +50,10 @@ def make_local_loader(items, device, dtype, consumers, materialize):
 def feature_width(feature) -> int | None:
     """Last dimension of a tensor or of a CUDA-IPC proxy's tensor (without materializing it)."""
     if _switches.is_proxy(feature):
-        shape = (feature.proxy_state.get("ipc_extra") or {}).get("recons_shape")
+        state = getattr(feature, "proxy_state", None) or {}
+        shape = (state.get("ipc_extra") or {}).get("recons_shape")
         if shape is None:
-            data = feature.proxy_state.get("tensor_data")
-            shape = getattr(data, "shape", None)
+            shape = getattr(state.get("tensor_data"), "shape", None)
     else:
         shape = getattr(feature, "shape", None)
     if shape is None or len(shape) != 2:

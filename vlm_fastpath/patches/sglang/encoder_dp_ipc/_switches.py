@@ -11,8 +11,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-# Same marker name as upstream 0.5.16+ (``DEFER_CUDA_IPC_FEATURE_RECONSTRUCTION_KEY``).
+# Same marker name and value as upstream 0.5.16+; the patches also publish it on the release's
+# modules under upstream's constant name.
+DEFER_KEY_NAME = "DEFER_CUDA_IPC_FEATURE_RECONSTRUCTION_KEY"
 DEFER_KEY = "_sglang_defer_cuda_ipc_feature_reconstruction"
+# Where releases define ``CudaIpcTensorTransportProxy`` (up to 0.5.17; from 0.5.18).
+TRANSPORT_MODULES = (
+    "sglang.srt.utils.cuda_ipc_transport_utils",
+    "sglang.srt.multimodal.transport.cuda_ipc",
+)
 # Set on an item (every rank, same decision) once its pool slot has been accounted for:
 # by the owner's reconstruction with the full consumer count, or by the cache-hit release.
 SETTLED_ATTR = "_vlm_fastpath_ipc_settled"
@@ -94,8 +101,26 @@ def dp_encoder_enabled() -> bool:
         return False
 
 
+def proxy_classes() -> tuple[type, ...]:
+    """The release's ``CudaIpcTensorTransportProxy`` classes already imported in this process."""
+    found = []
+    for name in TRANSPORT_MODULES:
+        cls = getattr(sys.modules.get(name), "CudaIpcTensorTransportProxy", None)
+        if isinstance(cls, type):
+            found.append(cls)
+    return tuple(found)
+
+
 def is_proxy(value: Any) -> bool:
-    """A CUDA-IPC transport proxy (duck-typed: any release's class, or a test double)."""
+    """A CUDA-IPC transport proxy.
+
+    An instance of the release's proxy class counts whatever attributes it has (upstream checks
+    ``isinstance``; a proxy built with ``__new__`` has no ``proxy_state`` yet is one); anything
+    else only when it looks like one (a test double, a class from another module).
+    """
+    classes = proxy_classes()
+    if classes and isinstance(value, classes):
+        return True
     return hasattr(value, "reconstruct_on_target_device") and hasattr(value, "proxy_state")
 
 

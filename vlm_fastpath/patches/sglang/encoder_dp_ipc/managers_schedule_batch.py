@@ -26,6 +26,7 @@ import inspect
 import threading
 
 from ...base import Patch, PatchContext
+from ...containment import answer, contained
 from ...registry import register
 from .._common import module, require
 from . import _switches
@@ -86,6 +87,7 @@ def _make_reconstruct(original, takes_device: bool):
     return reconstruct
 
 
+@contained("sglang-ipc-deferred-reconstruction", answer(False))  # a fault: eager, as the release
 def _should_defer(item) -> bool:
     return (
         _switches.SWITCHES.all_on(item)
@@ -142,4 +144,6 @@ class IpcDeferredReconstructionPatch(Patch):
             item_cls, "acknowledge_deferred_cuda_ipc_feature", acknowledge_deferred_cuda_ipc_feature
         )
         ctx.set_attr(inputs_cls, "from_processor_output", _make_from_processor_output(original_fpo))
+        if not hasattr(sb, _switches.DEFER_KEY_NAME):  # 0.5.16 imports it here too
+            ctx.set_attr(sb, _switches.DEFER_KEY_NAME, _switches.DEFER_KEY)
         ctx.set_attr(_switches.SWITCHES, "deferral", True)

@@ -14,6 +14,8 @@ sglang-kimi-k25-encoder-dp-owner-only
     casting copy into one buffer, and reconstructs a lazy CUDA-IPC feature with the TP size as
     consumer count so the pool slot is recycled (``sglang-ipc-consumer-count``). Every rank marks
     the items as accounted for, so a later embedding-cache hit does not release them again.
+    The call uses 0.5.16's contract (``rope_type="rope_2d_packed"``, pixel values ``None``, a
+    loader), which the DP loader also honours at attention-TP size 1.
     Without encoder DP, or if the DP loader is off, the wrapped function runs unchanged.
     Upstream: sglang PR #31227, released in 0.5.16.
     Applies to: sglang 0.5.12 - 0.5.15.post1; stands aside ("upstream") where
@@ -25,6 +27,7 @@ from __future__ import annotations
 import functools
 
 from ...base import Patch, PatchContext
+from ...containment import contained
 from ...registry import register
 from .._common import module, require
 from . import _switches
@@ -37,6 +40,8 @@ SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
 
 
 def _make_get_image_feature(current, kimi_g, mm_g):
+    # No fallback: once an item is settled or its IPC slot read, a second run would count twice.
+    @contained("sglang-kimi-k25-encoder-dp-owner-only", current, fallback=False)
     @functools.wraps(current)
     def get_image_feature(self, items):
         if not (self.use_data_parallel and _switches.SWITCHES.dp_loader):
@@ -50,13 +55,14 @@ def _make_get_image_feature(current, kimi_g, mm_g):
             _switches.settle(item)  # every rank: this item's slot is accounted for below
 
         load_local_pixel_values = make_local_loader(
-            items, device, dtype, consumers, mm_g["materialize_multimodal_features"]
+            items, device, dtype, consumers, mm_g["materialize_multimodal_features"],
+            label="Kimi-K2.5/K2.7",
         )
         image_embeds = kimi_g["run_dp_sharded_mrope_vision_model"](
             tower,
             None,
             grid_list,
-            rope_type="rope_2d",
+            rope_type="rope_2d_packed",  # MoonViT3d: grid positional, per-image list out
             load_local_pixel_values=load_local_pixel_values,
             pixel_values_device=device,
             pixel_values_dtype=dtype,

@@ -11,8 +11,14 @@ sglang-encoder-dp-local-loader
     the release's: every rank joins the same all-gather, also when there are fewer images than
     ranks (the hang of sglang #31212 cannot occur). ``materialize_multimodal_features(features,
     *, device, dtype)`` packs features into one destination buffer with one casting copy each.
-    Without a loader the release's function runs unchanged.
-    Upstream: sglang PR #31227, released in 0.5.16.
+    Without a loader the release's function runs unchanged, except at attention-TP size 1 with
+    MoonViT3d (Kimi K2.5), where the release calls the tower as ``vision_model(pixel_values,
+    grid_thw=...)`` (a TypeError: MoonViT takes ``grid_thws``) and would hand its per-image list
+    to the projector: there the tower is called as the release's multi-rank branch calls it and
+    its list is concatenated (0.5.16's ``rope_2d_packed`` contract, sglang #31212; that rope type
+    is accepted too). ``materialize_multimodal_features`` and the argument checks raise
+    0.5.16's exceptions with 0.5.16's messages.
+    Upstream: sglang PR #31227 (with #31212), released in 0.5.16.
     Applies to: sglang 0.5.12 - 0.5.15.post1; stands aside ("upstream") where the function
     already takes ``load_local_pixel_values``.
 """
@@ -33,18 +39,31 @@ MM_UTILS = "sglang.srt.multimodal.mm_utils"
 
 
 def materialize_multimodal_features(features, *, device, dtype):
-    """Concatenate per-item features into one buffer on ``device``: one casting copy each."""
+    """Concatenate per-item features into one buffer on ``device``: one casting copy each.
+
+    Raises as 0.5.16's function does (same exception types and messages), so code written
+    against upstream behaves the same on a backported release.
+    """
     import torch
 
     if not features:
         raise ValueError("features must contain at least one tensor")
-    trailing = tuple(features[0].shape[1:])
+    first = features[0]
+    if not isinstance(first, torch.Tensor):
+        raise TypeError(f"expected torch.Tensor, got {type(first)}")
+    if first.ndim == 0:
+        raise ValueError("multimodal feature tensors must have a leading dimension")
+    trailing = first.shape[1:]
+    total = 0
     for feature in features:
         if not isinstance(feature, torch.Tensor):
             raise TypeError(f"expected torch.Tensor, got {type(feature)}")
-        if tuple(feature.shape[1:]) != trailing:
-            raise ValueError(f"trailing shapes differ: {trailing} vs {tuple(feature.shape)}")
-    total = sum(int(f.shape[0]) for f in features)
+        if feature.ndim == 0 or feature.shape[1:] != trailing:
+            raise ValueError(
+                "multimodal feature tensors must have matching trailing shapes: "
+                f"expected {trailing}, got {feature.shape}"
+            )
+        total += int(feature.shape[0])
     out = torch.empty((total, *trailing), device=device, dtype=dtype)
     offset = 0
     for feature in features:
@@ -52,6 +71,31 @@ def materialize_multimodal_features(features, *, device, dtype):
         out[offset : offset + length].copy_(feature, non_blocking=True)
         offset += length
     return out
+
+
+# 0.5.16's name for MoonViT3d's contract (Kimi K2.5/K2.7): grid metadata passed positionally,
+# one embedding tensor per image returned. The releases before call it "rope_2d".
+PACKED_ROPE = "rope_2d_packed"
+
+
+def _takes_grid_thw_keyword(vision_model) -> bool:
+    """The tower names a ``grid_thw`` parameter (wrappers are followed to what they wrap)."""
+    import inspect
+
+    forward = getattr(vision_model, "forward", None) or vision_model
+    try:
+        return "grid_thw" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _run_packed_tower(vision_model, pixel_values, grid_thw_list):
+    """Attention-TP size 1 with a packed 2D-RoPE tower: call it the way the release's own
+    multi-rank branch does (grid positional, on the host) and concatenate its per-image list."""
+    import torch
+
+    out = vision_model(pixel_values, torch.tensor(grid_thw_list))
+    return torch.cat(out, dim=0) if isinstance(out, list) else out
 
 
 class _OwnedPixels:
@@ -93,19 +137,28 @@ def _make_run_dp_sharded(original, g):
         pixel_values_dtype=None,
         **kwargs,
     ):
-        if pixel_values is not None or load_local_pixel_values is None:
-            if pixel_values is None:
-                raise ValueError("pixel_values or load_local_pixel_values must be provided")
-            return original(vision_model, pixel_values, grid_thw_list, rope_type=rope_type,
-                            **kwargs)
-        if pixel_values_device is None or pixel_values_dtype is None:
-            raise ValueError("pixel_values_device and pixel_values_dtype are required")
+        if pixel_values is None and load_local_pixel_values is None:
+            raise ValueError("pixel_values or load_local_pixel_values must be provided")
+        if pixel_values is None and (pixel_values_device is None or pixel_values_dtype is None):
+            raise ValueError(
+                "pixel_values_device and pixel_values_dtype are required with a local loader"
+            )
         from sglang.srt.layers import dp_attention
 
+        packed = rope_type == PACKED_ROPE or (
+            rope_type == "rope_2d" and not _takes_grid_thw_keyword(vision_model)
+        )
+        release_rope = "rope_2d" if packed else rope_type
         tp_size = dp_attention.get_attention_tp_size()
         if tp_size == 1:
-            everything = load_local_pixel_values(list(range(len(grid_thw_list))))
-            return original(vision_model, everything, grid_thw_list, rope_type=rope_type,
+            if pixel_values is None:
+                pixel_values = load_local_pixel_values(list(range(len(grid_thw_list))))
+            if packed:  # the release would pass ``grid_thw=`` and return a list
+                return _run_packed_tower(vision_model, pixel_values, grid_thw_list)
+            return original(vision_model, pixel_values, grid_thw_list, rope_type=release_rope,
+                            **kwargs)
+        if pixel_values is not None:
+            return original(vision_model, pixel_values, grid_thw_list, rope_type=release_rope,
                             **kwargs)
         tp_rank = dp_attention.get_attention_tp_rank()
         local, sizes = _local_image_indices(
@@ -122,7 +175,7 @@ def _make_run_dp_sharded(original, g):
                 offset += sizes[index]
         owned = _OwnedPixels(slices, starts[-1], trailing, pixel_values_device,
                              pixel_values_dtype)
-        return original(vision_model, owned, grid_thw_list, rope_type=rope_type, **kwargs)
+        return original(vision_model, owned, grid_thw_list, rope_type=release_rope, **kwargs)
 
     return run_dp_sharded_mrope_vision_model
 

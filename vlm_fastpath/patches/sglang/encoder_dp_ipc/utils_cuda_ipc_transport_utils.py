@@ -10,7 +10,9 @@ sglang-ipc-consumer-count
     release's own copy (which adds 1) it adds ``consumer_count - 1`` more, under the release's
     file lock; ``acknowledge_consumption(consumer_count=1)`` adds the count without copying (an
     embedding-cache hit). Both count at most once per proxy. With ``consumer_count=1`` the
-    release's code runs unchanged.
+    release's code runs unchanged. The module also gets upstream's
+    ``DEFER_CUDA_IPC_FEATURE_RECONSTRUCTION_KEY`` (same value as 0.5.16's), and the proxy's
+    counted state is upstream's ``_consumer_acknowledged``.
     Upstream: sglang PR #31227, released in 0.5.16.
     Applies to: sglang 0.5.12 - 0.5.15.post1; stands aside ("upstream") where
     ``MultimodalDataItem`` has ``can_defer_cuda_ipc_feature_reconstruction``.
@@ -27,7 +29,9 @@ from . import _switches
 
 TRANSPORT = "sglang.srt.utils.cuda_ipc_transport_utils"
 SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
-_COUNTED = "_vlm_fastpath_ipc_counted"  # this proxy (this rank) has moved the flag
+# This proxy (this rank) has moved the flag: upstream's attribute name, so code reading it on a
+# 0.5.16+ proxy reads the same on a backported one.
+_COUNTED = "_consumer_acknowledged"
 
 
 def _add_to_flag(proxy, count: int, g) -> None:
@@ -47,16 +51,16 @@ def _add_to_flag(proxy, count: int, g) -> None:
 def _uses_pool_flag(proxy) -> bool:
     # The release moves the flag only on the IPC path (not for ``tensor_data`` fallbacks).
     state = getattr(proxy, "proxy_state", None) or {}
-    return bool(state.get("ipc_extra")) and proxy.sync_data_meta is not None
+    return bool(state.get("ipc_extra")) and getattr(proxy, "sync_data_meta", None) is not None
 
 
 def _make_reconstruct(original, g):
     @functools.wraps(original)
     def reconstruct_on_target_device(self, rebuild_device_idx, consumer_count: int = 1):
-        if consumer_count <= 0:
-            raise ValueError("consumer_count must be positive")
         counted = getattr(self, _COUNTED, False)
-        cached = self.reconstruct_tensor
+        if consumer_count <= 0 and not counted:
+            raise ValueError("consumer_count must be positive")
+        cached = getattr(self, "reconstruct_tensor", None)
         out = original(self, rebuild_device_idx)
         if out is cached or not _uses_pool_flag(self):
             return out  # the release's cache hit, or a path that never moves the flag
@@ -73,9 +77,11 @@ def _make_reconstruct(original, g):
 def _make_acknowledge(g):
     def acknowledge_consumption(self, consumer_count: int = 1):
         """Release this proxy's pool slot for ``consumer_count`` consumers without a copy."""
+        if getattr(self, _COUNTED, False):
+            return  # idempotent, as upstream: a second cache hit of the same proxy adds nothing
         if consumer_count <= 0:
             raise ValueError("consumer_count must be positive")
-        if getattr(self, _COUNTED, False) or not _uses_pool_flag(self):
+        if not _uses_pool_flag(self):
             return
         _add_to_flag(self, consumer_count, g)
         setattr(self, _COUNTED, True)
@@ -107,4 +113,6 @@ class IpcConsumerCountPatch(Patch):
         original = proxy.__dict__["reconstruct_on_target_device"]
         ctx.set_attr(proxy, "reconstruct_on_target_device", _make_reconstruct(original, g))
         ctx.set_attr(proxy, "acknowledge_consumption", _make_acknowledge(g))
+        if not hasattr(transport, _switches.DEFER_KEY_NAME):  # where 0.5.16 defines it
+            ctx.set_attr(transport, _switches.DEFER_KEY_NAME, _switches.DEFER_KEY)
         ctx.set_attr(_switches.SWITCHES, "transport", True)

@@ -1,0 +1,306 @@
+"""vLLM's own Qwen2.5-VL / Qwen3-VL processors hand out our image processor, same outputs.
+
+The processors are the ones vLLM builds for a local tiny checkpoint (``ModelConfig`` +
+``MULTIMODAL_REGISTRY.create_processor``); every comparison runs vLLM's whole ``apply``
+(HF processor call, field configs, prompt replacement) with the plugin and without it (after
+``revert``) in the same process, on the same processor object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vlm_fastpath
+from vlm_fastpath.patches.vllm.qwen_vl_processor import adapter
+
+vllm = pytest.importorskip("vllm")
+
+REPO = Path(__file__).resolve().parents[3]
+PATCHES = ("vllm-qwen2-vl-processor", "vllm-qwen2-5-vl-processor", "vllm-qwen3-vl-processor")
+QWEN25_PATCH, QWEN3_PATCH = PATCHES[1], PATCHES[2]
+PROMPT_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def _image(seed: int, width: int, height: int, mode: str = "RGB") -> Image.Image:
+    rng = np.random.default_rng(seed)
+    channels = {"RGB": 3, "RGBA": 4, "L": 1, "P": 1}[mode]
+    pixels = rng.integers(0, 256, (height, width, channels), dtype=np.uint8)
+    if mode in ("L", "P"):
+        image = Image.fromarray(pixels[..., 0], "L")
+        if mode == "P":
+            image = image.convert("RGB").quantize(colors=64)
+        return image
+    return Image.fromarray(pixels, mode)
+
+
+def _images() -> list[Image.Image]:
+    return [
+        _image(1, 457, 300),
+        _image(2, 333, 517, "RGBA"),  # odd sizes, alpha
+        _image(3, 57, 29, "L"),  # smaller than one merged patch: upscaled
+        _image(4, 200, 151, "P"),
+        _image(5, 1003, 751),
+    ]
+
+
+# -- vLLM objects --------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    from tests.support import qwen_checkpoint
+
+    root = tmp_path_factory.mktemp("qwen-ckpt")
+    found = {"qwen2.5": qwen_checkpoint.ensure(root, qwen_checkpoint.QWEN25)}
+    try:
+        found["qwen3"] = qwen_checkpoint.ensure(root, qwen_checkpoint.QWEN3)
+    except ImportError:  # transformers without Qwen3-VL
+        pass
+    return found
+
+
+def _model_config(path: Path):
+    from vllm.config import ModelConfig
+
+    return ModelConfig(model=str(path), tokenizer=str(path), dtype="float32", max_model_len=8192)
+
+
+@pytest.fixture(scope="session")
+def processors(checkpoints):
+    """vLLM's multimodal processor per checkpoint, built once (the patch acts per call)."""
+    from vllm.multimodal import MULTIMODAL_REGISTRY
+
+    built = {}
+    for name, path in checkpoints.items():
+        try:
+            config = _model_config(path)
+        except Exception as exc:  # noqa: BLE001 - e.g. a release without Qwen3-VL
+            if name == "qwen2.5":
+                raise
+            print(f"no {name} processor on vllm {vllm.__version__}: {exc}")
+            continue
+        built[name] = (config, MULTIMODAL_REGISTRY.create_processor(config))
+    return built
+
+
+def _run(processor, images, **mm_kwargs) -> dict[str, object]:
+    """vLLM's ``apply`` on one prompt with ``images``: every tensor and the prompt tokens."""
+    prompt = "Describe " + " and ".join([PROMPT_IMAGE] * len(images)) + "."
+    items = processor.info.parse_mm_data({"image": images})
+    out = processor(prompt, items, hf_processor_mm_kwargs=mm_kwargs)
+    flat: dict[str, object] = {"prompt_token_ids": list(out["prompt_token_ids"])}
+    for modality, entries in out["mm_kwargs"].items():
+        for index, item in enumerate(entries):
+            for key, field in item.items():
+                flat[f"{modality}.{index}.{key}"] = getattr(field, "data", field)
+    flat["placeholders"] = [
+        (p.offset, p.length) for p in out["mm_placeholders"].get("image", [])
+    ]
+    return flat
+
+
+def _assert_same(ours: dict[str, object], theirs: dict[str, object]) -> None:
+    assert ours.keys() == theirs.keys()
+    for key, want in theirs.items():
+        got = ours[key]
+        if isinstance(want, torch.Tensor):
+            assert got.dtype == want.dtype and torch.equal(got, want), key
+        else:
+            assert got == want, key
+
+
+def _hf_image_processor(processor):
+    return processor.info.get_hf_processor().image_processor
+
+
+def _status() -> dict[str, dict]:
+    return {r["name"]: r for r in vlm_fastpath.status("vllm")}
+
+
+@pytest.fixture()
+def fresh_decisions():
+    adapter.forget_views()
+    yield
+    adapter.forget_views()
+
+
+# -- tests ---------------------------------------------------------------------------------------
+def test_status_per_release(processors):
+    status = _status()
+    assert status[QWEN25_PATCH]["status"] == "applied", status[QWEN25_PATCH]
+    assert status["vllm-qwen2-vl-processor"]["status"] == "applied"
+    if "qwen3" in processors:
+        assert status[QWEN3_PATCH]["status"] == "applied"
+    assert all(status[name]["engine_version"] == vllm.__version__ for name in PATCHES)
+
+
+@pytest.mark.parametrize("name", ["qwen2.5", "qwen3"])
+def test_engine_hands_out_ours_and_outputs_are_equal(processors, name, fresh_decisions):
+    if name not in processors:
+        pytest.skip(f"no {name} processor on vllm {vllm.__version__}")
+    config, processor = processors[name]
+    hf_ip = _hf_image_processor(processor)
+    assert adapter.is_twin(hf_ip), type(hf_ip)
+    assert isinstance(hf_ip, type(hf_ip.__dict__["_vlm_original"]))
+    images = _images()
+    with_plugin = _run(processor, images)
+    vlm_fastpath.revert("vllm")
+    assert not adapter.is_twin(_hf_image_processor(processor))
+    without = _run(processor, images)
+    vlm_fastpath.apply("vllm")
+    _assert_same(with_plugin, without)
+    pixels = [v for k, v in without.items() if k.endswith("pixel_values")]
+    assert pixels and all(p.shape[-1] == 3 * 2 * hf_ip.patch_size**2 for p in pixels)
+
+
+def _device_normalize(config) -> bool:
+    mm = config.multimodal_config
+    return bool(getattr(mm, "mm_device_do_normalize", False))
+
+
+@pytest.mark.parametrize("normalize_on_device", [False, True], ids=["float32", "uint8"])
+def test_float32_and_device_normalize_paths(processors, monkeypatch, normalize_on_device,
+                                            fresh_decisions):
+    config, processor = processors["qwen2.5"]
+    mm = config.multimodal_config
+    if not hasattr(mm, "mm_device_do_normalize"):
+        if normalize_on_device:
+            pytest.skip(f"vllm {vllm.__version__} has no device-side normalization")
+    else:
+        monkeypatch.setattr(mm, "mm_device_do_normalize", normalize_on_device)
+    images = _images()[:3]
+    with_plugin = _run(processor, images)
+    assert adapter.is_twin(_hf_image_processor(processor))
+    vlm_fastpath.revert("vllm")
+    without = _run(processor, images)
+    vlm_fastpath.apply("vllm")
+    _assert_same(with_plugin, without)
+    dtypes = {v.dtype for k, v in without.items() if k.endswith("pixel_values")}
+    assert dtypes == ({torch.uint8} if normalize_on_device else {torch.float32})
+
+
+def test_size_overrides_reach_ours(processors, fresh_decisions):
+    _, processor = processors["qwen2.5"]
+    images = _images()[:2] + [_image(6, 1400, 900)]
+    for kwargs in ({"max_pixels": 200704}, {"min_pixels": 401408},
+                   {"size": {"shortest_edge": 3136, "longest_edge": 100352}}):
+        with_plugin = _run(processor, images, **kwargs)
+        assert adapter.is_twin(processor.info.get_hf_processor(**kwargs).image_processor)
+        vlm_fastpath.revert("vllm")
+        without = _run(processor, images, **kwargs)
+        vlm_fastpath.apply("vllm")
+        _assert_same(with_plugin, without)
+
+
+def test_revert_and_skip_restore_vllm(processors, monkeypatch, fresh_decisions):
+    from vllm.model_executor.models import qwen2_5_vl, qwen2_vl
+
+    vlm_fastpath.revert("vllm")
+    originals = {
+        cls: cls.__dict__["get_hf_processor"]
+        for cls in (qwen2_vl.Qwen2VLProcessingInfo, qwen2_5_vl.Qwen2_5_VLProcessingInfo)
+    }
+    vlm_fastpath.apply("vllm")
+    assert all(cls.__dict__["get_hf_processor"] is not f for cls, f in originals.items())
+    vlm_fastpath.revert("vllm")
+    assert all(cls.__dict__["get_hf_processor"] is f for cls, f in originals.items())
+    _, processor = processors["qwen2.5"]
+    assert not adapter.is_twin(_hf_image_processor(processor))
+    monkeypatch.setenv("VLM_FASTPATH_SKIP", QWEN25_PATCH)
+    vlm_fastpath.apply("vllm")
+    assert _status()[QWEN25_PATCH]["status"] == "disabled"
+    cls = qwen2_5_vl.Qwen2_5_VLProcessingInfo
+    assert cls.__dict__["get_hf_processor"] is originals[cls]
+    assert not adapter.is_twin(_hf_image_processor(processor))
+    vlm_fastpath.revert("vllm")
+    monkeypatch.setenv("VLM_FASTPATH", "0")
+    vlm_fastpath.apply("vllm")
+    assert {_status()[name]["status"] for name in PATCHES} == {"disabled"}
+    assert cls.__dict__["get_hf_processor"] is originals[cls]
+    monkeypatch.undo()
+
+
+def test_behaviour_change_makes_it_stand_aside(processors, monkeypatch, fresh_decisions):
+    """A transformers release whose processor differs from ours: the engine's is handed out."""
+    import vlm_fastpath.qwen_integration as qwen
+
+    _, processor = processors["qwen2.5"]
+    monkeypatch.setattr(qwen, "check_compatible", lambda hf, fast=None: "pixel_values differ")
+    hf_ip = _hf_image_processor(processor)
+    assert not adapter.is_twin(hf_ip)
+    assert "pixel_values differ" in _status()[QWEN25_PATCH]["reason"]
+    images = _images()[:2]
+    with_plugin = _run(processor, images)
+    vlm_fastpath.revert("vllm")
+    without = _run(processor, images)
+    vlm_fastpath.apply("vllm")
+    _assert_same(with_plugin, without)
+
+
+def test_other_processor_classes_are_not_mirrored(processors, fresh_decisions):
+    _, processor = processors["qwen2.5"]
+    hf = processor.info.get_hf_processor()
+    video = hf.video_processor
+    twin, reason = adapter.twin_of(video, QWEN25_PATCH)
+    assert twin is None and "not one vlm-fastpath mirrors" in reason
+    assert adapter.is_twin(hf.image_processor) and not adapter.is_twin(hf.video_processor)
+
+
+def test_missing_target_fails_cleanly(monkeypatch, fresh_decisions):
+    from vllm.model_executor.models import qwen2_5_vl
+
+    vlm_fastpath.revert("vllm")
+    cls = qwen2_5_vl.Qwen2_5_VLProcessingInfo
+    original = cls.__dict__["get_hf_processor"]
+    monkeypatch.delattr(cls, "get_hf_processor")  # as if upstream renamed it
+    results = {r["name"]: r for r in vlm_fastpath.apply("vllm")}
+    assert results[QWEN25_PATCH]["status"] == "failed"
+    assert "get_hf_processor" in results[QWEN25_PATCH]["reason"]
+    assert "get_hf_processor" not in cls.__dict__
+    vlm_fastpath.revert("vllm")
+    monkeypatch.undo()
+    assert cls.__dict__["get_hf_processor"] is original
+
+
+def test_doctor_lists_the_patches():
+    out = subprocess.run(
+        [sys.executable, "-m", "vlm_fastpath", "doctor", "--json"], cwd=REPO,
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    for name in PATCHES:
+        assert name in out.stdout
+
+
+FRESH = r"""
+import json, sys
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+from vllm.model_executor.models import qwen2_5_vl
+import vlm_fastpath
+status = {r["name"]: r["status"] for r in vlm_fastpath.status("vllm")}
+get = qwen2_5_vl.Qwen2_5_VLProcessingInfo.__dict__["get_hf_processor"]
+print("RESULT" + json.dumps({"status": status,
+                             "wrapped": hasattr(get, "__vlm_fastpath_original__")}))
+"""
+
+
+@pytest.mark.parametrize("enabled", ["1", "0"])
+def test_fresh_process_entry_point(enabled):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VLM_FASTPATH": enabled}
+    proc = subprocess.run([sys.executable, "-c", FRESH], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")][-1]
+    result = json.loads(line[len("RESULT"):])
+    want = "applied" if enabled == "1" else "disabled"
+    assert result["status"][QWEN25_PATCH] == want
+    assert result["wrapped"] is (enabled == "1")
