@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .. import settings
+from ..numba_kernels import LazyKernels
 from .threading_layer import ensure_loadable_threading_layer
 
 logger = logging.getLogger(__name__)
@@ -44,54 +43,10 @@ def patchify_numpy(
     out.reshape(grid_h, grid_w, 3, p, p)[...] = patches
 
 
-class _Kernels:
-    """Lazily compiled numba kernels plus the state that keeps their launches safe."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.load_lock = threading.Lock()
-        self.loaded = False
-        self.parallel: Callable[..., None] | None = None
-        self.serial: Callable[..., None] | None = None
-        self.launch_pid: int | None = None
-        self.launch_layer: str | None = None
-        self.numba_error: str | None = None
-
-    def load(self) -> None:
-        if self.loaded:
-            return
-        with self.load_lock:
-            if not self.loaded:
-                self._import()
-                self.loaded = True
-
-    def _import(self) -> None:
-        if not settings.numba_allowed():
-            self.numba_error = "disabled by VLM_FASTPATH_NUMBA=0"
-            logger.info("vlm_fastpath: numba %s; using the numpy patchify path", self.numba_error)
-            return
-        try:
-            from . import _numba_patchify as compiled
-        except ImportError as exc:
-            self.numba_error = f"numba not importable ({exc})"
-            logger.warning(
-                "vlm_fastpath: %s; using the slower numpy patchify path (same output)",
-                self.numba_error,
-            )
-            return
-        self.parallel = compiled.patchify_parallel
-        self.serial = compiled.patchify_serial
+_KERNELS = LazyKernels("vlm_fastpath.kimi_integration._numba_patchify", "patchify path")
 
 
-_KERNELS = _Kernels()
-
-
-def _reset_after_fork() -> None:
-    # A lock held by another thread at fork time would stay held forever in the child.
-    _KERNELS.lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
+os.register_at_fork(after_in_child=_KERNELS.reset_after_fork)
 
 
 def numba_available() -> bool:

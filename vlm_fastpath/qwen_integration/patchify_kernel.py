@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from vlm_fastpath.kimi_integration import patchify_kernel as _kimi_kernel
 
-from .. import settings
+from ..numba_kernels import LazyKernels
 
 logger = logging.getLogger(__name__)
 
@@ -45,45 +43,7 @@ def patchify_numpy(
     view[...] = blocks[:, :, :, :, :, None, :, :]
 
 
-class _Kernels:
-    """Lazily imported numba kernels plus this module's record of its parallel launches."""
-
-    def __init__(self) -> None:
-        self.load_lock = threading.Lock()
-        self.loaded = False
-        self.parallel: Callable[..., None] | None = None
-        self.serial: Callable[..., None] | None = None
-        self.launch_pid: int | None = None
-        self.launch_layer: str | None = None
-        self.numba_error: str | None = None
-
-    def load(self) -> None:
-        if self.loaded:
-            return
-        with self.load_lock:
-            if not self.loaded:
-                self._import()
-                self.loaded = True
-
-    def _import(self) -> None:
-        if not settings.numba_allowed():
-            self.numba_error = "disabled by VLM_FASTPATH_NUMBA=0"
-            logger.info("vlm_fastpath: numba %s; using the numpy Qwen patchify", self.numba_error)
-            return
-        try:
-            from . import _numba_patchify as compiled
-        except ImportError as exc:
-            self.numba_error = f"numba not importable ({exc})"
-            logger.warning(
-                "vlm_fastpath: %s; using the slower numpy Qwen patchify (same output)",
-                self.numba_error,
-            )
-            return
-        self.parallel = compiled.patchify_parallel
-        self.serial = compiled.patchify_serial
-
-
-_KERNELS = _Kernels()
+_KERNELS = LazyKernels("vlm_fastpath.qwen_integration._numba_patchify", "Qwen patchify")
 
 
 def numba_available() -> bool:
