@@ -13,6 +13,7 @@ import importlib
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from . import settings
 
@@ -57,6 +58,21 @@ class LazyKernels:
             return
         self.parallel = compiled.patchify_parallel
         self.serial = compiled.patchify_serial
+
+    def available(self) -> bool:
+        """True when the compiled kernels will be used."""
+        self.load()
+        return self.parallel is not None
+
+    def info(self) -> dict[str, Any]:
+        """What the kernels run on, for ``doctor`` and the benchmarks."""
+        self.load()
+        info: dict[str, Any] = {"numba": self.parallel is not None}
+        if self.numba_error:
+            info["reason"] = self.numba_error
+        if self.launch_layer:
+            info["threading_layer"] = self.launch_layer
+        return info
 
     def reset_after_fork(self) -> None:
         # A lock held by another thread at fork time would stay held forever in the child.

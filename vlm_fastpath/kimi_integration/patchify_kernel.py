@@ -51,19 +51,12 @@ os.register_at_fork(after_in_child=_KERNELS.reset_after_fork)
 
 def numba_available() -> bool:
     """True when the compiled kernel will be used."""
-    _KERNELS.load()
-    return _KERNELS.parallel is not None
+    return _KERNELS.available()
 
 
 def backend_info() -> dict[str, Any]:
     """What the kernel runs on, for ``doctor`` and the benchmark."""
-    _KERNELS.load()
-    info: dict[str, Any] = {"numba": _KERNELS.parallel is not None}
-    if _KERNELS.numba_error:
-        info["reason"] = _KERNELS.numba_error
-    if _KERNELS.launch_layer:
-        info["threading_layer"] = _KERNELS.launch_layer
-    return info
+    return _KERNELS.info()
 
 
 def _choose_layer() -> None:

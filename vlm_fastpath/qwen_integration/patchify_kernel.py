@@ -48,19 +48,12 @@ _KERNELS = LazyKernels("vlm_fastpath.qwen_integration._numba_patchify", "Qwen pa
 
 def numba_available() -> bool:
     """True when the compiled kernel will be used."""
-    _KERNELS.load()
-    return _KERNELS.parallel is not None
+    return _KERNELS.available()
 
 
 def backend_info() -> dict[str, Any]:
     """What the kernel runs on, for ``doctor`` and the benchmark."""
-    _KERNELS.load()
-    info: dict[str, Any] = {"numba": _KERNELS.parallel is not None}
-    if _KERNELS.numba_error:
-        info["reason"] = _KERNELS.numba_error
-    if _KERNELS.launch_layer:
-        info["threading_layer"] = _KERNELS.launch_layer
-    return info
+    return _KERNELS.info()
 
 
 def _launched_unsafe_in_parent() -> bool:
