@@ -1,6 +1,7 @@
 # Two commands on a fresh machine: `make bench` (the main job) and `make test` (all tests).
 # Everything is created on first use and reused: .venv/ (core, package installed editable) and
-# one cached environment per pinned engine release under .envs/ (see ci/README.md).
+# one cached environment per pinned engine release, built by ci/envs.py into a cache outside the
+# checkout (~/.cache/vlm-fastpath/envs) and reached through thin overlays in .envs/ (ci/README.md).
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -9,7 +10,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.vlm-fastpath-installed
 CORE_PINS := ci/core-requirements.txt
 
-# ci/engines.mk owns .envs/; bench only adds its extras to one env.
+# ci/envs.py owns the envs; bench only adds its extras to one overlay.
 .PHONY: all venv bench e2e test test-core test-engines lint doctor clean
 
 all: test
@@ -52,6 +53,7 @@ test-engines: venv
 	$(MAKE) --no-print-directory -f ci/engines.mk test-engines
 	$(MAKE) --no-print-directory -f ci/sglang.mk test-sglang
 	$(MAKE) --no-print-directory -f ci/serving.mk test-e2e-smoke
+	$(MAKE) --no-print-directory -f ci/sweep.mk sweep
 
 # End-to-end serving A/B (vLLM on CPU with and without the plugin): see ci/serving/README.md.
 e2e: venv
@@ -65,3 +67,4 @@ doctor: venv
 
 clean:
 	rm -rf $(VENV) .envs build *.egg-info
+# (the shared env cache stays: `python3.11 ci/envs.py gc --delete` removes stale cached envs)

