@@ -1,0 +1,96 @@
+"""Which engine-suite tests prove each patch's behaviour: the sweep runs them where it applies.
+
+Each entry names tests of tests/engines/<engine>/ that compare outputs with and without the
+patch (``torch.equal``) or count the host-to-device copies / device syncs / IPC copies the patch
+exists for. On a release where none of a patch's tests' patches is ``applied`` they are not run
+(the status check already covers ``upstream``/``unsupported-version``). The anchor releases
+run the whole suite instead. tests/test_sweep_data.py checks every patch has an entry and every
+named test exists.
+"""
+
+from __future__ import annotations
+
+_KIMI_VLLM = (
+    "test_kimi_processor.py::test_processing_info_hands_out_ours",
+    "test_kimi_processor.py::test_outputs_equal_reference",
+)
+_QWEN_VLLM = (
+    "test_qwen_processor.py::test_engine_hands_out_ours_and_outputs_are_equal",
+    "test_qwen_processor.py::test_float32_and_device_normalize_paths",
+)
+_IPC_KIMI = (
+    "test_ipc_deferral.py::test_thousand_requests_owner_only_and_every_slot_released_once",
+    "test_ipc_deferral.py::test_tp_by_images_copy_counts",
+)
+_IPC_QWEN = (
+    "test_ipc_deferral_qwen.py::test_requests_owner_only_and_every_slot_released_once",
+    "test_ipc_deferral_qwen.py::test_tp_by_images_copy_counts",
+)
+
+BEHAVIOUR: dict[str, tuple[str, ...]] = {
+    # vLLM
+    "vllm-processor-cls-overrides": _KIMI_VLLM,
+    "vllm-kimi-processor": _KIMI_VLLM,
+    "vllm-kimi-fused-processor": (
+        *_KIMI_VLLM, "test_kimi_processor.py::test_equals_vllm_fused_processor"),
+    "vllm-kimi-device-normalize": (
+        "test_device_normalize.py::test_tower_receives_what_the_release_gives_it",
+        "test_device_normalize.py::test_payload_bytes",
+    ),
+    "vllm-moonvit-max-seqlen": ("test_moonvit_syncs.py::test_syncs_before_and_after",),
+    "vllm-image-loader-client-errors": (
+        "test_image_loader.py::test_every_bad_image_is_a_value_error",
+        "test_image_loader.py::test_good_image_is_the_releases",
+    ),
+    "vllm-qwen2-vl-processor": _QWEN_VLLM,
+    "vllm-qwen2-5-vl-processor": _QWEN_VLLM,
+    "vllm-qwen3-vl-processor": _QWEN_VLLM,
+    # SGLang
+    "sglang-batched-feature-h2d": ("test_mm_utils_h2d.py",),
+    "sglang-vectorized-mm-grid-counts": ("test_grid_counts.py",),
+    "sglang-vision-host-max-seqlen": ("test_moonvit_syncs.py",),
+    "sglang-moonvit-max-seqlen-once": ("test_moonvit_syncs.py",),
+    "sglang-moonvit-sdpa-host-cu-seqlens": (
+        "test_moonvit_sdpa_syncs.py::test_sdpa_syncs_before_and_after",
+    ),
+    "sglang-ipc-consumer-count": _IPC_KIMI,
+    "sglang-ipc-deferred-reconstruction": _IPC_KIMI,
+    "sglang-encoder-dp-local-loader": _IPC_KIMI,
+    "sglang-kimi-k25-encoder-dp-owner-only": _IPC_KIMI,
+    "sglang-ipc-cache-hit-release": _IPC_KIMI,
+    "sglang-kimi-k25-defer-ipc-marker": _IPC_KIMI,
+    "sglang-qwen-vl-defer-ipc-marker": _IPC_QWEN,
+    "sglang-qwen2-5-vl-encoder-dp-owner-only": _IPC_QWEN,
+    "sglang-qwen3-vl-encoder-dp-owner-only": _IPC_QWEN,
+    "sglang-kimi-k25-batched-same-shape-resize": (
+        "test_encoder_dp_resize.py::test_four_same_shape_images_share_one_interpolate",
+    ),
+    "sglang-kimi-k25-fused-cpu-processor": ("test_kimi_processor.py",),
+    "sglang-kimi-k25-deferred-sender": (
+        "test_deferred_kimi_k25.py::test_tower_receives_eager_pixels",
+        "test_deferred_kimi_k25.py::test_payload_bytes_4x1536x1024",
+    ),
+    "sglang-kimi-k25-deferred-owner": (
+        "test_deferred_kimi_k25.py::test_tower_receives_eager_pixels",
+    ),
+    "sglang-kimi-k3-deferred-sender": (
+        "test_deferred_kimi_k3.py::test_tower_receives_eager_pixels",
+        "test_deferred_kimi_k3.py::test_payload_bytes_4x1536x1024",
+    ),
+    "sglang-kimi-k3-deferred-owner": (
+        "test_deferred_kimi_k3.py::test_tower_receives_eager_pixels",),
+    "sglang-qwen-vl-cpu-image-processor": (
+        "test_qwen_processor.py::test_cpu_path_uses_ours_with_equal_outputs",
+    ),
+}
+
+
+def tests_for(engine: str, applied: list[str]) -> list[str]:
+    """pytest node ids (relative to the repository root) for the applied patches, deduplicated."""
+    out: list[str] = []
+    for name in applied:
+        for node in BEHAVIOUR.get(name, ()):
+            path = f"tests/engines/{engine}/{node}"
+            if path not in out:
+                out.append(path)
+    return out

@@ -1,0 +1,669 @@
+"""Read a vLLM release's own source and derive what each vlm-fastpath vLLM patch should do.
+
+Stdlib only, never imports vLLM: each input is a wheel (``vllm-<ver>-*.whl``) or a
+site-packages directory holding ``vllm/``. For every input it prints the facts it read from the
+modules the patches touch (parsed with ``ast``) and, with ``--csv``, the expected status of
+every vLLM patch in the format of ``ci/sweep/expected/vllm.csv`` (``release,patch,status,reason``).
+
+The statuses follow the registry's order of decisions (vlm_fastpath/patches/registry.py):
+trigger module absent -> not-needed; the release already does it -> upstream; release outside
+the patch's ``versions`` -> unsupported-version; none of ``requires_any`` applied -> not-needed;
+nothing to patch -> not-needed; the code the patch wraps is not there -> failed; else applied.
+Each patch's ``name``/``versions``/``requires_any`` are read from its source under
+vlm_fastpath/patches/vllm (``--patches``), never imported; the upstream / not-needed / applies
+rules below are this scanner's own reading of the release source. ``warn:`` lines name code
+in a release that a patch whose range covers it would not fit (a range to keep narrow).
+
+    python3.11 ci/sweep/static_vllm.py /tmp/vllm-wheels/vllm-0.24.0-*.whl [more...]
+    python3.11 ci/sweep/static_vllm.py --csv \
+        $(python3.11 ci/envs.py path vllm-0.24.0)/lib/python3.11/site-packages
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import re
+import sys
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PATCHES = ROOT / "vlm_fastpath/patches/vllm"
+
+PROCESSOR = "vllm.transformers_utils.processor"
+KIMI = "vllm.model_executor.models.kimi_k25"
+KIMI_VIT = "vllm.model_executor.models.kimi_k25_vit"
+KIMI_FUSED = "vllm.transformers_utils.processors.kimi_k25_vision_fused"
+MEDIA_IMAGE = "vllm.multimodal.media.image"
+QWEN = {  # patch -> (module, ProcessingInfo class)
+    "vllm-qwen2-vl-processor": ("vllm.model_executor.models.qwen2_vl", "Qwen2VLProcessingInfo"),
+    "vllm-qwen2-5-vl-processor": ("vllm.model_executor.models.qwen2_5_vl",
+                                  "Qwen2_5_VLProcessingInfo"),
+    "vllm-qwen3-vl-processor": ("vllm.model_executor.models.qwen3_vl", "Qwen3VLProcessingInfo"),
+}
+FUSED_CLS = "KimiK25FusedVisionProcessor"
+# What FastpathKimiVisionProcessor (vlm_fastpath/patches/vllm/kimi_processor/adapter.py)
+# answers; vLLM calling anything else on its image processor does not fit our adapter.
+ADAPTER_API = {"preprocess", "media_tokens_calculator", "num_frames_per_chunk",
+               "get_resize_config", "resize_image", "media_proc_cfg", "to_dict",
+               "to_json_string", "from_dict", "from_pretrained"}
+
+
+# -- reading a release -----------------------------------------------------------------------
+class Release:
+    """The ``vllm`` package of one wheel or site-packages dir, read as text."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._zip = zipfile.ZipFile(path) if path.is_file() else None
+        self._trees: dict[str, ast.Module | None] = {}
+
+    def text(self, module: str) -> str | None:
+        rel = module.replace(".", "/")
+        for cand in (f"{rel}.py", f"{rel}/__init__.py"):
+            if self._zip is not None:
+                try:
+                    return self._zip.read(cand).decode("utf-8")
+                except KeyError:
+                    continue
+            elif (self.path / cand).is_file():
+                return (self.path / cand).read_text(encoding="utf-8")
+        return None
+
+    def exists(self, module: str) -> bool:
+        return self.text(module) is not None
+
+    def tree(self, module: str) -> ast.Module | None:
+        if module not in self._trees:
+            src = self.text(module)
+            self._trees[module] = ast.parse(src) if src is not None else None
+        return self._trees[module]
+
+    def version(self) -> str:
+        """The dist-info's Version (else ``vllm/_version.py``, else the wheel's name)."""
+        if self._zip is not None:
+            metas = [n for n in self._zip.namelist()
+                     if re.fullmatch(r"vllm-[^/]+\.dist-info/METADATA", n)]
+            meta = self._zip.read(metas[0]).decode() if metas else ""
+        else:
+            metas = sorted(self.path.glob("vllm-*.dist-info/METADATA"))
+            meta = metas[0].read_text() if metas else ""
+        m = re.search(r"^Version:\s*(\S+)", meta, re.M)
+        if m:
+            return m.group(1)
+        m = re.search(r"^(?:__)?version(?:__)?\s*(?::\s*str)?\s*=\s*[\"']([^\"']+)",
+                      self.text("vllm._version") or "", re.M)
+        if m:
+            return m.group(1)
+        m = re.match(r"vllm-([^-]+)-", self.path.name)
+        return m.group(1) if m else "?"
+
+    def modules_importing(self, package: str, name: str) -> list[str]:
+        """Modules under ``vllm/`` that ``from <package> import <name>`` (a copy of the object)."""
+        if self._zip is not None:
+            files = [n for n in self._zip.namelist() if n.startswith("vllm/")
+                     and n.endswith(".py")]
+        else:
+            files = [str(p.relative_to(self.path)) for p in (self.path / "vllm").rglob("*.py")]
+        found = []
+        pattern = re.compile(rf"from {re.escape(package)} import\s*(?:\([^)]*\)|[^\n]*)")
+        for rel in files:
+            module = rel[:-3].replace("/", ".").removesuffix(".__init__")
+            text = self.text(module) or ""
+            if any(re.search(rf"\b{name}\b", m.group(0)) for m in pattern.finditer(text)):
+                found.append(module)
+        return sorted(found)
+
+    def klass(self, module: str, name: str) -> ast.ClassDef | None:
+        tree = self.tree(module)
+        for node in tree.body if tree is not None else ():
+            if isinstance(node, ast.ClassDef) and node.name == name:
+                return node
+        return None
+
+    def func(self, module: str, name: str, cls: str | None = None) -> ast.FunctionDef | None:
+        tree = self.tree(module)
+        if tree is None:
+            return None
+        body = tree.body
+        if cls is not None:
+            klass = self.klass(module, cls)
+            if klass is None:
+                return None
+            body = klass.body
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                return node
+        return None
+
+    def source(self, module: str, node: ast.AST | None) -> str:
+        if node is None:
+            return ""
+        return ast.get_source_segment(self.text(module) or "", node) or ""
+
+    def binds(self, module: str, name: str) -> bool:
+        """``name`` is a module global: defined, assigned or imported at top level."""
+        tree = self.tree(module)
+        for node in tree.body if tree is not None else ():
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+                return True
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                return True
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                    (a.asname or a.name.split(".")[0]) == name for a in node.names):
+                return True
+        return False
+
+
+def params(fn: ast.FunctionDef | None) -> list[str]:
+    if fn is None:
+        return []
+    a = fn.args
+    names = [p.arg for p in (*a.posonlyargs, *a.args)]
+    if a.vararg:
+        names.append("*" + a.vararg.arg)
+    names += [p.arg for p in a.kwonlyargs]
+    if a.kwarg:
+        names.append("**" + a.kwarg.arg)
+    return names
+
+
+def names_loaded(node: ast.AST | None) -> set[str]:
+    if node is None:
+        return set()
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def calls_named(node: ast.AST | None, name: str) -> list[ast.Call]:
+    if node is None:
+        return []
+    return [n for n in ast.walk(node) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name) and n.func.id == name]
+
+
+def class_defines(klass: ast.ClassDef | None, name: str) -> bool:
+    """``name`` is in the class body (a method or an assignment): in its ``__dict__``."""
+    for node in klass.body if klass is not None else ():
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign) else [])
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+    return False
+
+
+def class_const(klass: ast.ClassDef | None, name: str) -> object:
+    for node in klass.body if klass is not None else ():
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign) else [])
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and isinstance(
+                node.value, ast.Constant):
+            return node.value.value
+    return None
+
+
+def except_types(fn: ast.FunctionDef | None) -> list[str]:
+    """The exception types every ``except`` clause in ``fn`` names (dotted as written)."""
+    out: list[str] = []
+    for node in ast.walk(fn) if fn is not None else ():
+        if isinstance(node, ast.ExceptHandler) and node.type is not None:
+            elts = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            out.extend(ast.unparse(e) for e in elts)
+    return out
+
+
+def self_attr_stores(fn: ast.FunctionDef | None) -> dict[str, str]:
+    """``self.<attr> = <expr>`` assignments in ``fn``: attr -> unparsed expr."""
+    out: dict[str, str] = {}
+    for node in ast.walk(fn) if fn is not None else ():
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and (
+                        t.value.id == "self"):
+                    out[t.attr] = ast.unparse(node.value)
+    return out
+
+
+def image_processor_uses(r: Release, modules: tuple[str, ...], holders: set[str]) -> set[str]:
+    """Attributes read off ``<x>.<holder>`` (the image processor vLLM keeps) in ``modules``."""
+    used: set[str] = set()
+    for module in modules:
+        for node in ast.walk(r.tree(module) or ast.Module(body=[], type_ignores=[])):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and (
+                    node.value.attr in holders):
+                used.add(node.attr)
+    return used
+
+
+# -- facts -----------------------------------------------------------------------------------
+def facts(r: Release) -> dict[str, object]:
+    f: dict[str, object] = {"version": r.version()}
+
+    # transformers_utils/processor.py: get_image_processor and its lru_cache twin
+    gip = r.func(PROCESSOR, "get_image_processor")
+    f["get_image_processor_params"] = params(gip) if gip else None
+    cached = None
+    for node in (r.tree(PROCESSOR) or ast.Module(body=[], type_ignores=[])).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "cached_get_image_processor"
+                for t in node.targets):
+            cached = ast.unparse(node.value)
+    f["cached_get_image_processor"] = cached
+
+    # model_executor/models/kimi_k25.py
+    info, model = "KimiK25ProcessingInfo", "KimiK25ForConditionalGeneration"
+    info_cls, model_cls = r.klass(KIMI, info), r.klass(KIMI, model)
+    init = r.func(KIMI, "__init__", cls=info)
+    f["kimi_info_class"] = info_cls is not None
+    f["kimi_model_class"] = model_cls is not None
+    f["kimi_binds_fused_class"] = r.binds(KIMI, FUSED_CLS)
+    f["kimi_binds_cached_get_image_processor"] = r.binds(KIMI, "cached_get_image_processor")
+    loads = calls_named(init, "cached_get_image_processor")
+    f["kimi_info_init_loader_kwargs"] = sorted(
+        k.arg for c in loads for k in c.keywords if k.arg) if loads else None
+    f["kimi_info_init_reads_fused_class"] = FUSED_CLS in names_loaded(init)
+    stores = self_attr_stores(init)
+    f["kimi_info_keeps_processor_as"] = sorted(
+        a for a in ("image_processor", "media_processor") if a in stores)
+    hf = stores.get("hf_processor", "")
+    m = re.match(r"(\w+)\(", hf)
+    f["kimi_hf_processor"] = m.group(1) if m else None
+    f["kimi_hf_processor_holds_it_as"] = sorted(
+        a for a in ("image_processor", "media_processor") if f"{a}=" in hf)
+    holders = set(f["kimi_info_keeps_processor_as"]) | set(f["kimi_hf_processor_holds_it_as"])
+    uses = image_processor_uses(r, (KIMI, "vllm.transformers_utils.processors.kimi_k25"),
+                                holders)
+    f["kimi_image_processor_api_used"] = sorted(uses)
+    f["kimi_image_processor_api_not_in_adapter"] = sorted(uses - ADAPTER_API)
+    f["kimi_info_defines_get_hf_processor"] = class_defines(info_cls, "get_hf_processor")
+    f["kimi_model_defines"] = sorted(n for n in ("__init__", "_parse_and_validate_media_input")
+                                     if class_defines(model_cls, n))
+    f["kimi_model_supports_mm_device_do_normalize"] = class_const(
+        model_cls, "supports_mm_device_do_normalize")
+    f["kimi_fused_module_defines_class"] = r.klass(KIMI_FUSED, FUSED_CLS) is not None
+    # every copy the fused-processor patch rebinds (rebind_globals over vllm.*)
+    f["kimi_fused_class_copies"] = r.modules_importing(KIMI_FUSED, FUSED_CLS)
+    f["get_image_processor_copies"] = sorted(
+        set(r.modules_importing(PROCESSOR, "get_image_processor"))
+        | set(r.modules_importing(PROCESSOR, "cached_get_image_processor")))
+
+    # model_executor/models/kimi_k25_vit.py
+    vit_classes = ("MoonViT3dPretrainedModel", "MoonViT3dEncoder", "MoonViTEncoderLayer")
+    f["moonvit_classes"] = [c for c in vit_classes if r.klass(KIMI_VIT, c) is not None]
+    f["moonvit_encoder_prepare_encoder_metadata"] = class_defines(
+        r.klass(KIMI_VIT, "MoonViT3dEncoder"), "prepare_encoder_metadata")
+    attn = r.func(KIMI_VIT, "attention_qkvpacked", cls="MoonViTEncoderLayer")
+    f["moonvit_attention_params"] = params(attn) if attn else None
+    f["moonvit_attention_recomputes_max_seqlen"] = bool(re.search(
+        r"max_seqlen\s*=\s*\(\s*cu_seqlens\[1:\]\s*-\s*cu_seqlens\[:-1\]\s*\)\.max\(\)",
+        r.source(KIMI_VIT, attn)))
+    f["moonvit_layer_forward_params"] = params(
+        r.func(KIMI_VIT, "forward", cls="MoonViTEncoderLayer")) or None
+    f["moonvit_encoder_forward_params"] = params(
+        r.func(KIMI_VIT, "forward", cls="MoonViT3dEncoder")) or None
+    f["moonvit_helpers"] = [n for n in ("tpool_patch_merger", "apply_rope")
+                            if r.binds(KIMI_VIT, n)]
+
+    # multimodal/media/image.py: ImageMediaIO.load_bytes
+    io_cls = r.klass(MEDIA_IMAGE, "ImageMediaIO")
+    load = r.func(MEDIA_IMAGE, "load_bytes", cls="ImageMediaIO")
+    f["image_io_defines_load_bytes"] = class_defines(io_cls, "load_bytes")
+    f["load_bytes_catches"] = except_types(load) if load else None
+    f["load_bytes_names_DecompressionBombError"] = "DecompressionBombError" in r.source(
+        MEDIA_IMAGE, load)
+
+    # model_executor/models/qwen*_vl.py: ProcessingInfo.get_hf_processor
+    for module, cls in QWEN.values():
+        klass = r.klass(module, cls)
+        fn = r.func(module, "get_hf_processor", cls=cls)
+        key = module.rsplit(".", 1)[1]
+        f[f"{key}_{cls}"] = None if klass is None else (
+            f"get_hf_processor({', '.join(params(fn))})" if fn else "no get_hf_processor")
+    return f
+
+
+# -- the patches -----------------------------------------------------------------------------
+def patch_specs(folder: Path) -> dict[str, dict[str, object]]:
+    """``name -> {versions, requires_any, ...}`` of every vLLM Patch class, from its source.
+
+    Class attributes are constants or module constants; a class without ``versions`` inherits
+    its base's (``QwenProcessingInfoPatch``), looked up among every class of the folder."""
+    classes: dict[str, tuple[list[str], dict[str, object]]] = {}
+    for path in sorted(folder.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        consts: dict[str, object] = {}
+        for n in tree.body:
+            if isinstance(n, ast.Assign):
+                try:
+                    value = ast.literal_eval(n.value)
+                except ValueError:
+                    continue
+                consts.update({t.id: value for t in n.targets if isinstance(t, ast.Name)})
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            attrs: dict[str, object] = {}
+            for stmt in node.body:
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                        stmt.targets[0], ast.Name):
+                    v = stmt.value
+                    if isinstance(v, ast.Name) and v.id in consts:
+                        attrs[stmt.targets[0].id] = consts[v.id]
+                    else:
+                        try:
+                            attrs[stmt.targets[0].id] = ast.literal_eval(v)
+                        except ValueError:
+                            pass
+            classes[node.name] = ([ast.unparse(b) for b in node.bases], attrs)
+
+    def resolved(name: str) -> dict[str, object]:
+        bases, attrs = classes[name]
+        out: dict[str, object] = {}
+        for base in bases:
+            if base in classes:
+                out.update(resolved(base))
+        out.update(attrs)
+        return out
+
+    out: dict[str, dict[str, object]] = {}
+    for name in classes:
+        attrs = resolved(name)
+        if attrs.get("engine") == "vllm" and "name" in classes[name][1] and "versions" in attrs:
+            out[str(attrs["name"])] = attrs
+    return out
+
+
+def _key(version: str) -> tuple:
+    m = re.fullmatch(r"(\d+(?:\.\d+)*)(?:\.post(\d+))?(?:\+\S+)?", version)
+    if not m:
+        raise ValueError(f"unsupported version {version!r}")
+    release = tuple(int(p) for p in m.group(1).split("."))
+    release += (0,) * (4 - len(release))
+    return release + (int(m.group(2) or -1),)
+
+
+def in_range(version: str, spec: str) -> bool:
+    """PEP 440 ``>=``/``<``/``<=``/``>``/``==`` clauses on final and .postN releases."""
+    v = _key(version)
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        op, bound = re.fullmatch(r"(>=|<=|==|<|>)\s*(\S+)", clause).groups()
+        b = _key(bound)
+        if op == ">" and b[:-1] == v[:-1] and b[-1] == -1:
+            return False
+        ok = {">=": v >= b, "<=": v <= b, "==": v == b, "<": v < b, ">": v > b}[op]
+        if not ok:
+            return False
+    return True
+
+
+Check = Callable[[dict], "str | None"]
+
+
+@dataclass
+class Rule:
+    """One patch read against a release. Each callable takes the facts and returns a reason
+    (the rule holds) or None."""
+
+    trigger: str
+    upstream: Check | None = None
+    not_needed: Check | None = None
+    failed: Check | None = None  # the code the patch wraps is missing: apply would raise
+    applies: Check | None = None  # the reason it applies (evidence)
+    misfit: Check | None = None  # in range but the release's code does not fit the patch
+    note: Check | None = None  # what the release has, for unsupported-version rows
+
+
+def _cls_overrides_upstream(f):
+    p = f["get_image_processor_params"] or []
+    return "processor.py: get_image_processor(processor_cls_overrides=)" if (
+        "processor_cls_overrides" in p) else None
+
+
+def _cls_overrides_failed(f):
+    if f["get_image_processor_params"] is None:
+        return "processor.py: no get_image_processor"
+    if f["cached_get_image_processor"] != "lru_cache(get_image_processor)":
+        return f"processor.py: cached_get_image_processor = {f['cached_get_image_processor']}"
+    return None
+
+
+def _kimi_processor_failed(f):
+    if not f["kimi_binds_cached_get_image_processor"]:
+        return "kimi_k25.py: no cached_get_image_processor global"
+    if f["kimi_info_init_loader_kwargs"] is None:
+        return "kimi_k25.py: KimiK25ProcessingInfo.__init__ never calls cached_get_image_processor"
+    return None
+
+
+def _kimi_processor_misfit(f):
+    extra = f["kimi_image_processor_api_not_in_adapter"]
+    if extra:
+        return (f"kimi_k25.py calls {', '.join(extra)} on the image processor "
+                f"({'/'.join(f['kimi_info_keeps_processor_as'])}); our adapter has none")
+    return None
+
+
+def _kimi_processor_note(f):
+    if f["kimi_image_processor_api_not_in_adapter"]:
+        held = "/".join(f["kimi_info_keeps_processor_as"])
+        return (f"kimi_k25.py: info.{held}."
+                f"{'/'.join(f['kimi_image_processor_api_not_in_adapter'])} (not in our adapter)")
+    return "kimi_k25.py: no KimiK25FusedVisionProcessor"
+
+
+def _kimi_fused_failed(f):
+    if not f["kimi_binds_fused_class"]:
+        return "kimi_k25.py: no KimiK25FusedVisionProcessor"
+    if not f["kimi_info_init_reads_fused_class"]:
+        return "kimi_k25.py: KimiK25ProcessingInfo.__init__ does not read the fused class"
+    return None
+
+
+def _kimi_not_needed(*classes: str):
+    def check(f):
+        missing = [c for c, k in (("KimiK25ProcessingInfo", "kimi_info_class"),
+                                  ("KimiK25ForConditionalGeneration", "kimi_model_class"))
+                   if c in classes and not f[k]]
+        return f"kimi_k25.py: no {', '.join(missing)}" if missing else None
+    return check
+
+
+def _devnorm_failed(f):
+    if not f["kimi_info_defines_get_hf_processor"]:
+        return "kimi_k25.py: KimiK25ProcessingInfo defines no get_hf_processor"
+    missing = {"__init__", "_parse_and_validate_media_input"} - set(f["kimi_model_defines"])
+    if missing:
+        return f"kimi_k25.py: KimiK25ForConditionalGeneration defines no {', '.join(missing)}"
+    return None
+
+
+def _devnorm_misfit(f):
+    held = f["kimi_hf_processor_holds_it_as"]
+    if held != ["image_processor"]:
+        return (f"kimi_k25.py: {f['kimi_hf_processor']}.{'/'.join(held) or '?'} "
+                "(no .image_processor for the uint8 view to swap: inert)")
+    return None
+
+
+def _moonvit_failed(f):
+    missing = {"tpool_patch_merger", "apply_rope"} - set(f["moonvit_helpers"])
+    if missing:
+        return f"kimi_k25_vit.py: no {', '.join(sorted(missing))}"
+    if f["moonvit_attention_params"] is None:
+        return "kimi_k25_vit.py: MoonViTEncoderLayer has no attention_qkvpacked"
+    return None
+
+
+def _moonvit_misfit(f):
+    if f["moonvit_layer_forward_params"] != ["self", "hidden_states", "cu_seqlens",
+                                             "rope_freqs_cis"]:
+        return f"kimi_k25_vit.py: MoonViTEncoderLayer.forward{f['moonvit_layer_forward_params']}"
+    if f["moonvit_encoder_forward_params"] != ["self", "hidden_states", "grid_thws"]:
+        return f"kimi_k25_vit.py: MoonViT3dEncoder.forward{f['moonvit_encoder_forward_params']}"
+    if not f["moonvit_attention_recomputes_max_seqlen"]:
+        return "kimi_k25_vit.py: attention_qkvpacked does not recompute max_seqlen"
+    return None
+
+
+def _load_bytes_applies(f):
+    caught = [t.rsplit(".", 1)[-1] for t in f["load_bytes_catches"] or []]
+    return ("media/image.py: ImageMediaIO.load_bytes catches "
+            + ("/".join(caught) if caught else "nothing") + ", not DecompressionBombError")
+
+
+def _load_bytes_misfit(f):
+    if not f["load_bytes_catches"]:  # no ValueError for any bad image to match
+        return "media/image.py: ImageMediaIO.load_bytes catches nothing"
+    return None
+
+
+def _qwen(patch: str) -> Rule:
+    module, cls = QWEN[patch]
+    key = f"{module.rsplit('.', 1)[1]}_{cls}"
+    file = module.rsplit(".", 1)[1] + ".py"
+    return Rule(
+        trigger=module,
+        not_needed=lambda f: None if f[key] is not None else f"{file}: no {cls}",
+        failed=lambda f: f"{file}: {cls} defines no get_hf_processor" if (
+            f[key] == "no get_hf_processor") else None,
+        misfit=lambda f: None if f[key] == "get_hf_processor(self, **kwargs)" else (
+            f"{file}: {cls}.{f[key]}"),
+        applies=lambda f: f"{file}: {cls}.{f[key]}",
+        note=lambda f: f"{file}: {cls}.{f[key]}" if f[key] else f"{file}: no {cls}",
+    )
+
+
+RULES: dict[str, Rule] = {
+    "vllm-processor-cls-overrides": Rule(
+        trigger=PROCESSOR,
+        upstream=_cls_overrides_upstream,
+        failed=_cls_overrides_failed,
+        applies=lambda f: ("processor.py: get_image_processor has no processor_cls_overrides; "
+                           "cached = lru_cache(get_image_processor)"),
+    ),
+    "vllm-kimi-processor": Rule(
+        trigger=KIMI,
+        upstream=lambda f: "kimi_k25.py: KimiK25FusedVisionProcessor" if (
+            f["kimi_binds_fused_class"]) else None,
+        not_needed=_kimi_not_needed("KimiK25ProcessingInfo"),
+        failed=_kimi_processor_failed,
+        misfit=_kimi_processor_misfit,
+        applies=lambda f: ("kimi_k25.py: KimiK25ProcessingInfo.__init__ -> "
+                           "cached_get_image_processor (remote code); no fused class"),
+        note=_kimi_processor_note,
+    ),
+    "vllm-kimi-fused-processor": Rule(
+        trigger=KIMI,
+        not_needed=_kimi_not_needed("KimiK25ProcessingInfo"),
+        failed=_kimi_fused_failed,
+        applies=lambda f: ("kimi_k25.py: KimiK25ProcessingInfo.__init__ reads "
+                           "KimiK25FusedVisionProcessor"),
+        note=lambda f: "kimi_k25.py: no KimiK25FusedVisionProcessor" if (
+            not f["kimi_binds_fused_class"]) else "",
+    ),
+    "vllm-kimi-device-normalize": Rule(
+        trigger=KIMI,
+        upstream=lambda f: ("kimi_k25.py: KimiK25ForConditionalGeneration."
+                            "supports_mm_device_do_normalize = True") if (
+            f["kimi_model_supports_mm_device_do_normalize"] is True) else None,
+        not_needed=_kimi_not_needed("KimiK25ProcessingInfo", "KimiK25ForConditionalGeneration"),
+        failed=_devnorm_failed,
+        misfit=_devnorm_misfit,
+        applies=lambda f: ("kimi_k25.py: no supports_mm_device_do_normalize; "
+                           f"{f['kimi_hf_processor']}.image_processor is ours"),
+        note=lambda f: _devnorm_misfit(f) or "",
+    ),
+    "vllm-moonvit-max-seqlen": Rule(
+        trigger=KIMI_VIT,
+        upstream=lambda f: "kimi_k25_vit.py: MoonViT3dEncoder.prepare_encoder_metadata" if (
+            f["moonvit_encoder_prepare_encoder_metadata"]) else None,
+        not_needed=lambda f: None if len(f["moonvit_classes"]) == 3 else (
+            "kimi_k25_vit.py: no MoonViT tower classes"),
+        failed=_moonvit_failed,
+        misfit=_moonvit_misfit,
+        applies=lambda f: ("kimi_k25_vit.py: attention_qkvpacked recomputes max_seqlen "
+                           "per block; no prepare_encoder_metadata"),
+    ),
+    "vllm-image-loader-client-errors": Rule(
+        trigger=MEDIA_IMAGE,
+        upstream=lambda f: "media/image.py: load_bytes names DecompressionBombError" if (
+            f["load_bytes_names_DecompressionBombError"]) else None,
+        not_needed=lambda f: None if f["image_io_defines_load_bytes"] else (
+            "media/image.py: no ImageMediaIO.load_bytes"),
+        misfit=_load_bytes_misfit,
+        applies=_load_bytes_applies,
+        note=lambda f: _load_bytes_misfit(f) or "",
+    ),
+    **{name: _qwen(name) for name in QWEN},
+}
+
+
+def statuses(r: Release, f: dict, specs: dict[str, dict]) -> list[tuple[str, str, str]]:
+    version = str(f["version"])
+    decided: dict[str, str] = {}
+    rows: list[tuple[str, str, str]] = []
+    # requires_any patches last, so the patches they need are decided first
+    for name in sorted(specs, key=lambda n: (bool(specs[n].get("requires_any")), n)):
+        rule, spec = RULES.get(name), specs[name]
+        if rule is None:
+            rows.append((name, "?", "no rule in static_vllm.py for this patch"))
+            continue
+        any_of = tuple(spec.get("requires_any") or ())
+        if not r.exists(rule.trigger):
+            status, reason = "not-needed", f"no module {rule.trigger}"
+        elif rule.upstream and (why := rule.upstream(f)):
+            status, reason = "upstream", why
+        elif not in_range(version, str(spec["versions"])):
+            note = rule.note(f) if rule.note else ""
+            status = "unsupported-version"
+            reason = f"outside {spec['versions']}" + (f"; {note}" if note else "")
+        elif any_of and not any(decided.get(d) == "applied" for d in any_of):
+            status, reason = "not-needed", f"none of {', '.join(any_of)} applied"
+        elif rule.not_needed and (why := rule.not_needed(f)):
+            status, reason = "not-needed", why
+        elif rule.failed and (why := rule.failed(f)):
+            status, reason = "failed", why
+        else:
+            status, reason = "applied", rule.applies(f) if rule.applies else ""
+            if rule.misfit and (why := rule.misfit(f)):
+                reason = f"{reason}; warn: {why}"
+        decided[name] = status
+        rows.append((name, status, reason))
+    return sorted(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("inputs", nargs="+", type=Path, help="vllm wheels or site-packages")
+    parser.add_argument("--csv", action="store_true", help="expected-status rows only")
+    parser.add_argument("--patches", type=Path, default=PATCHES)
+    args = parser.parse_args(argv)
+    specs = patch_specs(args.patches)
+    releases = [Release(p) for p in args.inputs]
+    releases.sort(key=lambda r: _key(r.version()))
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    if args.csv:
+        writer.writerow(("release", "patch", "status", "reason"))
+    for r in releases:
+        f = facts(r)
+        if not args.csv:
+            print(f"== vllm {f['version']} ({r.path})")
+            for key, value in f.items():
+                if key != "version":
+                    print(f"  {key}: {value}")
+        for name, status, reason in statuses(r, f, specs):
+            if args.csv:
+                writer.writerow((f["version"], name, status, reason))
+            else:
+                print(f"  -> {name}: {status} ({reason})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
