@@ -74,3 +74,28 @@ def test_doctor_module_lists_the_patches_touching_it() -> None:
                                 "processor").stdout)
     assert [p["name"] for p in report["patches"]] == ["vllm-processor-cls-overrides"]
     assert report["patches"][0]["change"] == "kimi_processor"
+
+
+def test_a_module_the_release_lacks_is_no_import_error(monkeypatch, tmp_path) -> None:
+    """Found by the release sweep: on SGLang < 0.5.17 doctor listed the absent Kimi K3 modules
+    as import errors although their patches correctly say not-needed."""
+    from types import SimpleNamespace
+
+    from vlm_fastpath import doctor
+
+    pkg = tmp_path / "fake_engine_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "broken.py").write_text("import fake_engine_pkg.not_there_either\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import fake_engine_pkg  # noqa: F401 - the parent is loaded, as the engine's is
+
+    patches = [SimpleNamespace(engine="fake", trigger="fake_engine_pkg.absent"),
+               SimpleNamespace(engine="fake", trigger="fake_engine_pkg.broken")]
+    monkeypatch.setattr(doctor, "_dist_version", lambda name: "1.0")
+    from vlm_fastpath.patches import registry
+
+    monkeypatch.setattr(registry.REGISTRY, "patches", lambda engine=None: patches)
+    report: dict = {}
+    doctor._import_triggers(report)
+    assert list(report["import_errors"]) == ["fake_engine_pkg.broken"]

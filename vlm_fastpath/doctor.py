@@ -54,7 +54,7 @@ def _resampler() -> dict[str, Any]:
 
 
 def _import_triggers(report: dict[str, Any]) -> None:
-    from .patches.registry import REGISTRY
+    from .patches.registry import REGISTRY, trigger_absent
 
     errors: dict[str, str] = {}
     for patch in REGISTRY.patches():
@@ -66,6 +66,11 @@ def _import_triggers(report: dict[str, Any]) -> None:
             continue
         try:
             importlib.import_module(patch.trigger)
+        except ModuleNotFoundError as exc:
+            # A module this release does not have (Kimi K3 before SGLang 0.5.17): the patch
+            # reports not-needed; only a module that exists and fails to import is an error.
+            if exc.name != patch.trigger and not trigger_absent(patch.trigger):
+                errors[patch.trigger] = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # noqa: BLE001
             errors[patch.trigger] = f"{type(exc).__name__}: {exc}"
     if errors:

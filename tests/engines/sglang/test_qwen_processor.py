@@ -8,6 +8,7 @@ compared with the plugin and without it (after ``revert``) in the same process.
 from __future__ import annotations
 
 import copy
+import importlib.util
 
 import numpy as np
 import pytest
@@ -66,6 +67,11 @@ def _server_args(path):
         args = copy.copy(get_global_server_args())
         if getattr(args, "mm_process_config", None) is None:  # filled by __post_init__
             args.mm_process_config = {}
+            if importlib.util.find_spec("sglang.srt.runtime_context") is not None:
+                # 0.5.18+: processors read a snapshot published from the args (get_mm())
+                from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+                set_global_server_args_for_scheduler(args)
     except TypeError:  # 0.5.23: ServerArgs must be built (and published) for real
         from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 

@@ -94,14 +94,13 @@ def attention(tower, backend: str, recorder):
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.attention.ops import vit_attn_wrappers as wrappers
 
-    def flash(q, k, v, batch_size, is_rocm_aiter, fa_version, scale=None, cu_seqlens=None,
-              max_seqlen=None):
-        return wrappers.flash_attn_maxseqlen_wrapper(
-            q, k, v, batch_size, is_rocm_aiter, fa_version, scale, cu_seqlens, max_seqlen
-        )
+    # Plain Python forwarders (the release's are custom ops): their signatures differ per
+    # release (0.15 has no ``enable_gqa``), so pass everything through.
+    def flash(*args, **kwargs):
+        return wrappers.flash_attn_maxseqlen_wrapper(*args, **kwargs)
 
-    def sdpa(q, k, v, scale=None, cu_seqlens=None, enable_gqa=False):
-        return wrappers.torch_sdpa_wrapper(q, k, v, scale, cu_seqlens, enable_gqa)
+    def sdpa(*args, **kwargs):
+        return wrappers.torch_sdpa_wrapper(*args, **kwargs)
 
     enum = AttentionBackendEnum[backend]
     saved_globals = {

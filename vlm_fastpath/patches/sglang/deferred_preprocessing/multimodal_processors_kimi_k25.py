@@ -21,17 +21,20 @@ sglang-kimi-k25-deferred-sender
     materializes both (``DeferredKimiProcessor.run``).
     When: ``VLM_FASTPATH_DEFER=1`` defers every request whose images are host images;
     ``VLM_FASTPATH_DEFER=0`` never defers; unset (``auto``, the default) defers exactly where
-    the release would take its CPU path (no CUDA in the tokenizer process, or 0.5.23's forced
-    CPU preprocessing), where deferral is bit-identical to the release's output. Where the
-    release preprocesses on the GPU in the tokenizer process (CUDA IPC, no float bytes
-    pickled) ``auto`` leaves it alone: deferral there would change pixels on releases before
-    0.5.17 (their GPU resize has no antialias; ours matches Pillow). Images already decoded
-    to CUDA tensors (nvJPEG) are never deferred. The sender only defers when the owner patch
-    is active in its own process (the processor module imports the model module).
+    the release would take its CPU path (no CUDA in the tokenizer process, or
+    ``SGLANG_FORCE_CPU_IMAGE_PREPROCESSING``, 0.5.20+), where deferral is bit-identical to the
+    release's output. Where the release preprocesses on the GPU in the tokenizer process (CUDA
+    IPC, no float bytes pickled) ``auto`` leaves it alone: deferral there would change pixels on
+    releases before 0.5.17 (their GPU resize has no antialias; ours matches Pillow). Images
+    already decoded to CUDA tensors (nvJPEG) are never deferred. The sender only defers when the
+    owner patch is active in its own process (the processor module imports the model module).
     Upstream: sglang PR #33921 (Kimi K3 only, 0.5.18); nothing for K2.5.
-    Applies to: sglang 0.5.12 - 0.5.22. 0.5.23 is outside the range: its multimodal items
-    are ``msgspec`` structs that reject unknown attributes and it preprocesses K2.5 on the
-    GPU by default; K3 deferral there is upstream's own.
+    Not with msgpack IPC on 0.5.19+ (``SGLANG_USE_PICKLE_IPC=0``; pickle is the default): there
+    ``mm_inputs`` travels as typed msgspec structs and a payload would reach the owner as a plain
+    dict, so the release's eager path runs (``transport_keeps_payloads``).
+    Applies to: sglang 0.5.12 - 0.5.22 (multimodal items are ``msgspec`` structs from 0.5.19;
+    unknown attributes go to ``model_specific_data``). 0.5.23 is outside the range; it
+    preprocesses K2.5 on the GPU by default; K3 deferral there is upstream's own.
 """
 
 from __future__ import annotations
@@ -72,8 +75,47 @@ def _host_images(images) -> bool:
     return True
 
 
+def _pickle_ipc() -> bool:
+    """The release's IPC mode: its io_struct's if loaded, else its env setting (default on)."""
+    import sys
+
+    io_struct = sys.modules.get("sglang.srt.managers.io_struct")
+    if io_struct is not None and hasattr(io_struct, "_USE_PICKLE_IPC"):
+        return io_struct._USE_PICKLE_IPC is not False
+    try:
+        from sglang.srt.environ import envs
+
+        setting = getattr(envs, "SGLANG_USE_PICKLE_IPC", None)
+        return True if setting is None else bool(setting.get())
+    except Exception:  # noqa: BLE001 - releases without the setting always pickle
+        return True
+
+
+def transport_keeps_payloads() -> bool:
+    """Whether the tokenizer-to-scheduler hop delivers a ``DeferredPayload`` as one.
+
+    From 0.5.19 ``MultimodalDataItem`` is a ``msgspec.Struct`` and ``mm_inputs`` is a typed
+    field: with ``SGLANG_USE_PICKLE_IPC=0`` (msgpack IPC; the default is pickle) its
+    ``model_specific_data`` values are decoded as plain containers, so the owner would get a
+    dict and could not rebuild the pixels. 0.5.18 pickles ``mm_inputs`` in both modes.
+    """
+    import sys
+
+    if _pickle_ipc():
+        return True
+    item_cls = getattr(sys.modules.get("sglang.srt.managers.schedule_batch"),
+                       "MultimodalDataItem", None)
+    try:
+        import msgspec
+    except ImportError:
+        return True
+    return not (isinstance(item_cls, type) and issubclass(item_cls, msgspec.Struct))
+
+
 def should_defer(wrapper, images, g) -> bool:
     if not images or not owner_ready() or not _host_images(images):
+        return False
+    if not transport_keeps_payloads():
         return False
     mode = settings.defer_mode()
     if mode == "off":

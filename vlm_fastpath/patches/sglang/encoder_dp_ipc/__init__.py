@@ -32,7 +32,7 @@ acknowledge the full TP size (a flag of tp*tp that the recycler, waiting for exa
 frees). Without published server args nothing is deferred.
 Known limit (as upstream): a lazy item whose request is aborted before its last chunk is never
 released; the slot returns only with the pool.
-Upstream PR: sgl-project/sglang#31227 (0.5.16; Kimi K2.5 only; Qwen3-VL in 0.5.23).
+Upstream PR: sgl-project/sglang#31227 (0.5.16; Kimi K2.5 only; Qwen3-VL in 0.5.18).
 Versions: sglang >=0.5.12,<0.5.16.
 Delete when: sglang <0.5.16 is no longer supported and upstream covers Qwen2.5-VL.
 """

@@ -11,7 +11,7 @@ sglang-qwen2-5-vl-encoder-dp-owner-only
     materializes an image and reconstructs a lazy IPC feature with the TP size as consumer count.
     Already-embedded features, videos, encoder DP off or the DP loader off: every rank
     reconstructs as the release does and the release's function runs unchanged.
-    Upstream: none yet (sglang PR #31227, 0.5.16, did Kimi K2.5; 0.5.23 did Qwen3-VL only).
+    Upstream: none yet (sglang PR #31227, 0.5.16, did Kimi K2.5; 0.5.18 did Qwen3-VL only).
     Applies to: sglang 0.5.12 - 0.5.15.post1; 0.5.16+ (upstream deferral machinery) not covered.
 """
 

@@ -14,10 +14,10 @@ sglang-qwen3-vl-encoder-dp-owner-only
     (``sglang-qwen-vl-defer-ipc-marker``) and this wrapper is in place. Videos, features that are
     not 2-D, encoder DP off or the DP loader off: the release's function runs unchanged.
     Upstream: sglang PR #31227 (0.5.16) did Kimi K2.5 only; Qwen3-VL loads owner-only upstream
-    in 0.5.23 (``_get_visual_feature``), not yet in 0.5.17.
+    from 0.5.18 (``_get_visual_feature``), not yet in 0.5.16 - 0.5.17.
     Applies to: sglang 0.5.12 - 0.5.15.post1; "upstream" where ``get_image_feature`` already
-    passes ``load_local_pixel_values``; 0.5.16 - 0.5.22 (upstream deferral machinery, Qwen not
-    wired) are not covered.
+    passes ``load_local_pixel_values`` (0.5.18+); 0.5.16 - 0.5.17 (upstream deferral machinery,
+    Qwen not wired) are not covered.
 """
 
 from __future__ import annotations

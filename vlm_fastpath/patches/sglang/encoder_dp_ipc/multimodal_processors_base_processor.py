@@ -22,9 +22,9 @@ sglang-qwen-vl-defer-ipc-marker
     when it is one of those three, CUDA IPC is on and the encoder runs data-parallel; the
     scheduler defers such an item only while that architecture's owner-only
     ``get_image_feature`` (``sglang-qwen2-5-vl-/qwen3-vl-encoder-dp-owner-only``) is in place.
-    Upstream: 0.5.23 marks Qwen3-VL items (``QwenVLImageProcessor``); 0.5.17 marks none.
+    Upstream: 0.5.18+ mark Qwen-VL items (``QwenVLImageProcessor``); 0.5.16 - 0.5.17 mark none.
     Applies to: sglang 0.5.12 - 0.5.15.post1; "upstream" where the release's Qwen-VL processor
-    sets the marker; 0.5.16 - 0.5.22 not covered.
+    sets the marker (0.5.18+); 0.5.16 - 0.5.17 not covered.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ How: ``models_kimi_k25`` keeps the grid on the host and computes ``HostMaxSeqlen
 (``sglang-moonvit-sdpa-host-cu-seqlens``, which requires the first); ``layers_attention_vision``
 makes the backends use those host values (``sglang-vision-host-max-seqlen``).
 Upstream PR: sgl-project/sglang#30878 (+#31227), 0.5.16; SDPA's per-block read-back is still
-upstream in 0.5.23.
+upstream in 0.5.23. 0.5.16 computes ``max_seqlen`` once but still copies ``grid_thws`` to the
+device (5 syncs per forward: 3 ``tolist``, 2 ``item``); 0.5.17 keeps it on the host (0).
 Versions: sglang >=0.5.12,<0.5.16.
 Delete when: sglang <0.5.16 is no longer supported.
 """

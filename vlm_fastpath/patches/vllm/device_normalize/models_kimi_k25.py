@@ -29,15 +29,17 @@ How (two halves, applied and reverted together):
   tower unnormalized.
 
 Stands aside (``not-needed``) unless the processor patch of this release
-(``vllm-kimi-processor`` up to 0.24, ``vllm-kimi-fused-processor`` 0.25-0.31) is applied, so
+(``vllm-kimi-processor`` 0.19-0.24, ``vllm-kimi-fused-processor`` 0.25-0.31) is applied, so
 uint8 is only produced where our model-side normalization is installed too. Opt out by name:
 ``VLM_FASTPATH_SKIP=vllm-kimi-device-normalize`` (both halves go together). The API server and
 the processes that run the model must all have vlm-fastpath installed (they do on one node: one
 interpreter, one environment); for multi-node workers install it on every node or opt out.
 
-Upstream: vllm-project/vllm#50411 (Kimi in 0.32.0). Applies to vLLM >=0.15,<0.32 (verified on
+Upstream: vllm-project/vllm#50411 (Kimi in 0.32.0). Applies to vLLM >=0.19,<0.32 (verified on
 0.24.0); on 0.32+ (``supports_mm_device_do_normalize`` on the model class) it reports
-``upstream``.
+``upstream``. Not 0.15-0.18: their ``MoonshotKimiVAutoProcessor`` holds the image processor as
+``media_processor`` (no ``image_processor`` to swap, so the view would be inert), and no
+processor patch of ours applies there.
 """
 
 from __future__ import annotations
@@ -252,7 +254,7 @@ def make_parse(original: Any) -> Any:
 class KimiDeviceNormalizePatch(Patch):
     name = "vllm-kimi-device-normalize"
     engine = "vllm"
-    versions = ">=0.15,<0.32"
+    versions = ">=0.19,<0.32"  # 0.15-0.18: no .image_processor on their hf processor
     trigger = KIMI_K25
     modules = (KIMI_K25,)
     upstream_pr = "vllm-project/vllm#50411"

@@ -3,13 +3,14 @@
 vllm-image-loader-client-errors
     Why: ``ImageMediaIO.load_bytes`` maps ``OSError`` (and on 0.33 ``SyntaxError``) to
     ``ValueError``, the exception vLLM's server answers with HTTP 400; Pillow's
-    ``DecompressionBombError`` (and on 0.22-0.24 a broken PNG chunk's ``SyntaxError``) is not
+    ``DecompressionBombError`` (and before 0.33 a broken PNG chunk's ``SyntaxError``) is not
     an ``OSError``, so it reaches the server as an internal error (HTTP 500).
     How: ``load_bytes`` calls the release's and re-raises exactly those two exception types as
     ``ValueError`` with vLLM's own wording (``Failed to load image: ...``), chained to the
     original. Images that load, and every other error, are the release's.
-    Upstream: none. Applies to: vLLM >=0.15,<0.34; stands aside where ``load_bytes`` already
-    names ``DecompressionBombError``.
+    Upstream: none. Applies to: vLLM >=0.20,<0.34 (0.15-0.19's ``load_bytes`` has no
+    ``try``: their other bad images are no ``ValueError`` either); stands aside where
+    ``load_bytes`` already names ``DecompressionBombError``.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _source(func: Any) -> str:
 class ImageLoaderClientErrorsPatch(Patch):
     name = "vllm-image-loader-client-errors"
     engine = "vllm"
-    versions = ">=0.15,<0.34"
+    versions = ">=0.20,<0.34"
     trigger = MEDIA_IMAGE
     modules = (MEDIA_IMAGE,)
     upstream_pr = ""

@@ -7,8 +7,8 @@ switched to a fused numba processor; our ``FusedKimiProcessor`` gives the same b
 checkpoint's arithmetic and is faster still on few cores.
 
 How: ``kimi_k25`` binds ``cached_get_image_processor`` at import time and calls it in
-``KimiK25ProcessingInfo.__init__`` (0.15–0.18 store the result as ``self.media_processor``,
-0.19–0.24 as ``self.image_processor``; both go through that one name). The patch rebinds that
+``KimiK25ProcessingInfo.__init__`` (stored as ``self.image_processor`` and handed to
+``KimiK25Processor``). The patch rebinds that
 name in ``kimi_k25`` only, to a loader returning ``FastpathKimiVisionProcessor`` (a
 ``BaseImageProcessor`` delegating to ``FusedKimiProcessor``), through vLLM's own loader with
 ``processor_cls_overrides`` when the ``vllm-processor-cls-overrides`` patch gave it one, else by
@@ -16,9 +16,13 @@ name in ``kimi_k25`` only, to a loader returning ``FastpathKimiVisionProcessor``
 replaced. If our processor cannot be built from the checkpoint (no ``media_proc_cfg``), the
 loader logs once and returns what vLLM's original loader returns.
 
-Upstream: vllm-project/vllm#47416 (first release 0.25.0). Applies to vLLM >=0.15,<0.25; on
+Upstream: vllm-project/vllm#47416 (first release 0.25.0). Applies to vLLM >=0.19,<0.25; on
 0.25+ (``KimiK25FusedVisionProcessor`` present) it reports ``upstream`` and the
-``vllm-kimi-fused-processor`` patch takes over.
+``vllm-kimi-fused-processor`` patch takes over. Not 0.15–0.18: there the processor is kept as
+``self.media_processor`` of a ``MoonshotKimiVAutoProcessor``, and
+``KimiK25MultiModalProcessor.split_video_chunks`` (which ``chat_utils`` calls for every Kimi
+video) calls ``info.media_processor.split_video_chunks``, a method of the checkpoint's
+remote-code processor that our adapter does not have: Kimi videos would lose their chunking.
 """
 
 from __future__ import annotations
@@ -104,7 +108,7 @@ def make_kimi_loader(original: Any) -> Any:
 class KimiK25ProcessorPatch(Patch):
     name = "vllm-kimi-processor"
     engine = "vllm"
-    versions = ">=0.15,<0.25"
+    versions = ">=0.19,<0.25"  # 0.15-0.18 call media_processor.split_video_chunks (not ours)
     trigger = KIMI_K25
     modules = (KIMI_K25,)
     upstream_pr = "vllm-project/vllm#47416"

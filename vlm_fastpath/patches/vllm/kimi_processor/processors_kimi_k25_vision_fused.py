@@ -11,7 +11,9 @@ Pillow resizes.
 How: ``KimiK25ProcessingInfo.__init__`` (in ``vllm.model_executor.models.kimi_k25``) reads the
 module global ``KimiK25FusedVisionProcessor`` at call time and hands it to
 ``cached_get_image_processor(..., processor_cls_overrides=...)``. The patch rebinds every module
-global under ``vllm.`` that is that class (the defining module and ``kimi_k25``'s copy) to
+global under ``vllm.`` that is that class (the defining module and ``kimi_k25``'s copy; on
+0.32+ also ``vllm.models.kimi_k3.common.mm_preprocess``'s, whose ``KimiK3ProcessingInfo`` loads
+the same class, so Kimi K3 images get ours too; not verified on a K3 checkpoint) to
 ``FastpathKimiVisionProcessor``, a ``BaseImageProcessor`` subclass with the same interface
 (``preprocess``, ``media_tokens_calculator``, ``get_resize_config``, ``resize_image``,
 ``num_frames_per_chunk``, ``media_proc_cfg``, ``to_dict``/``from_dict``) that delegates to
