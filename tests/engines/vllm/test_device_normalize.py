@@ -66,9 +66,11 @@ def _context(model_dir, dtype: torch.dtype):
     ctx = _context_class()(model_dir)
     ctx.model_config.dtype = dtype
     mm_config = SimpleNamespace(
-        merge_mm_processor_kwargs=lambda kwargs: dict(kwargs), enable_mm_embeds=False
+        merge_mm_processor_kwargs=lambda kwargs: dict(kwargs), enable_mm_embeds=False,
+        allow_missing_mm_embeddings=False, mm_tensor_ipc="direct_rpc",  # read from 0.28 on
     )
     ctx.model_config.get_multimodal_config = lambda: mm_config
+    ctx.model_config.multimodal_config = mm_config
     return ctx
 
 
