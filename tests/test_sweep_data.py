@@ -89,6 +89,11 @@ def test_every_patch_names_behaviour_tests_that_exist() -> None:
                          if isinstance(n, ast.FunctionDef)}
                 assert func in names, node
     assert set(behaviour.BEHAVIOUR) <= {p.name for p in REGISTRY.patches()}
+    named = {node for nodes in behaviour.BEHAVIOUR.values() for node in nodes}
+    for (engine, release), gaps in behaviour.KNOWN_GAPS.items():
+        assert release in coverage.load(engine), (engine, release)
+        for node, why in gaps.items():
+            assert node in named and why, (engine, release, node)
 
 
 def test_coverage_page_is_current() -> None:

@@ -85,12 +85,38 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
 }
 
 
-def tests_for(engine: str, applied: list[str]) -> list[str]:
-    """pytest node ids (relative to the repository root) for the applied patches, deduplicated."""
+# Behaviour tests that cannot run on a release yet because the test harness (not the patch)
+# uses a private engine API the release changed. The sweep prints each as a gap on its line;
+# every entry is an open task, not a pass. Status, apply/revert and VLM_FASTPATH=0 still run.
+_DEVICE_NORMALIZE_GAP = (
+    "harness calls KimiK25MultiModalProcessor._call_hf_processor(prompt, data, kwargs, tok), "
+    "which 0.29-0.30 removed and 0.31 re-signed (hf_data, hf_kwargs); port pending"
+)
+KNOWN_GAPS: dict[tuple[str, str], dict[str, str]] = {
+    ("vllm", release): {
+        "test_device_normalize.py::test_tower_receives_what_the_release_gives_it":
+            _DEVICE_NORMALIZE_GAP,
+        "test_device_normalize.py::test_payload_bytes": _DEVICE_NORMALIZE_GAP,
+    }
+    for release in ("0.29.0", "0.30.0", "0.31.0")
+}
+
+
+def tests_for(engine: str, applied: list[str], release: str = "") -> list[str]:
+    """pytest node ids (relative to the repository root) for the applied patches, deduplicated,
+    without the release's known harness gaps (``gaps_for``)."""
+    gaps = KNOWN_GAPS.get((engine, release), {})
     out: list[str] = []
     for name in applied:
         for node in BEHAVIOUR.get(name, ()):
             path = f"tests/engines/{engine}/{node}"
-            if path not in out:
+            if node not in gaps and path not in out:
                 out.append(path)
     return out
+
+
+def gaps_for(engine: str, applied: list[str], release: str) -> list[str]:
+    """The applied patches' behaviour tests this release cannot run yet (see KNOWN_GAPS)."""
+    gaps = KNOWN_GAPS.get((engine, release), {})
+    nodes = {node for name in applied for node in BEHAVIOUR.get(name, ())}
+    return sorted(node for node in gaps if node in nodes)

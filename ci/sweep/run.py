@@ -195,8 +195,10 @@ def sweep_release(engine: str, release: str, rows: dict, run_behaviour: bool) ->
     owners = {p: _claim(engine, p, codes[p], release) for p in applied if p in codes}
     own = [p for p in applied if owners.get(p, release) == release]
     same = sorted({owners[p] for p in applied if owners.get(p, release) != release})
+    gaps: list[str] = []
     if run_behaviour:
-        nodes = behaviour.tests_for(engine, own)
+        nodes = behaviour.tests_for(engine, own, release)
+        gaps = behaviour.gaps_for(engine, own, release)
         if nodes:
             proc = _run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *nodes])
             tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
@@ -205,13 +207,16 @@ def sweep_release(engine: str, release: str, rows: dict, run_behaviour: bool) ->
                 problems.append(f"behaviour tests failed:\n{proc.stdout[-3000:]}")
         else:
             steps["behaviour"] = "none to run"
+        if gaps:
+            steps["behaviour"] += f" (NOT RUN, harness gap: {', '.join(gaps)})"
         if same:
             steps["behaviour"] += (f" ({len(applied) - len(own)} patches: same patched code "
                                    f"as {', '.join(same)})")
     else:
         steps["behaviour"] = "full suite (anchor)"
     if not problems:
-        verified = {p: codes[p] for p in own if p in codes}
+        gapped = {p for p in own if behaviour.gaps_for(engine, [p], release)}
+        verified = {p: codes[p] for p in own if p in codes and p not in gapped}
     steps["time"] = f"{time.monotonic() - start:.0f}s"
     return {"ok": not problems, "problems": problems, "steps": steps, "applied": applied,
             "verified": verified}
