@@ -26,9 +26,10 @@ import ast
 import csv
 import re
 import sys
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from release_source import ReleaseSource  # ci/sweep/, beside this script
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "vlm_fastpath/patches/sglang"
@@ -44,81 +45,10 @@ UPSTREAM_SKIP = tuple(m for m in BATCHED if m != "Qwen2_5_VLForConditionalGenera
 
 
 # -- reading a release -----------------------------------------------------------------------
-class Release:
+class Release(ReleaseSource):
     """The ``sglang`` package of one wheel or site-packages dir, read as text."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._zip = zipfile.ZipFile(path) if path.is_file() else None
-        self._trees: dict[str, ast.Module | None] = {}
-
-    def text(self, module: str) -> str | None:
-        rel = module.replace(".", "/")
-        for cand in (f"{rel}.py", f"{rel}/__init__.py"):
-            if self._zip is not None:
-                try:
-                    return self._zip.read(cand).decode("utf-8")
-                except KeyError:
-                    continue
-            elif (self.path / cand).is_file():
-                return (self.path / cand).read_text(encoding="utf-8")
-        return None
-
-    def exists(self, module: str) -> bool:
-        return self.text(module) is not None
-
-    def tree(self, module: str) -> ast.Module | None:
-        if module not in self._trees:
-            src = self.text(module)
-            self._trees[module] = ast.parse(src) if src is not None else None
-        return self._trees[module]
-
-    def version(self) -> str:
-        """The dist-info's Version (else ``sglang/_version.py``, else the wheel's name)."""
-        if self._zip is not None:
-            metas = [n for n in self._zip.namelist()
-                     if re.fullmatch(r"sglang-[^/]+\.dist-info/METADATA", n)]
-            meta = self._zip.read(metas[0]).decode() if metas else ""
-        else:
-            metas = sorted(self.path.glob("sglang-*.dist-info/METADATA"))
-            meta = metas[0].read_text() if metas else ""
-        m = re.search(r"^Version:\s*(\S+)", meta, re.M)
-        if m:
-            return m.group(1)
-        m = re.search(r"^(?:__)?version(?:__)?\s*(?::\s*str)?\s*=\s*[\"']([^\"']+)",
-                      self.text("sglang._version") or "", re.M)
-        if m:
-            return m.group(1)
-        m = re.match(r"sglang-([^-]+)-", self.path.name)
-        return m.group(1) if m else "?"
-
-    # top-level and class-level definitions
-    def func(self, module: str, name: str, cls: str | None = None) -> ast.FunctionDef | None:
-        tree = self.tree(module)
-        if tree is None:
-            return None
-        body = tree.body
-        if cls is not None:
-            klass = self.klass(module, cls)
-            if klass is None:
-                return None
-            body = klass.body
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-                return node
-        return None
-
-    def klass(self, module: str, name: str) -> ast.ClassDef | None:
-        tree = self.tree(module)
-        for node in tree.body if tree is not None else ():
-            if isinstance(node, ast.ClassDef) and node.name == name:
-                return node
-        return None
-
-    def source(self, module: str, node: ast.AST | None) -> str:
-        if node is None:
-            return ""
-        return ast.get_source_segment(self.text(module) or "", node) or ""
+    package = "sglang"
 
     def defines(self, module: str, name: str) -> bool:
         tree = self.tree(module)

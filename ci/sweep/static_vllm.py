@@ -26,10 +26,11 @@ import ast
 import csv
 import re
 import sys
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from release_source import ReleaseSource  # ci/sweep/, beside this script
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "vlm_fastpath/patches/vllm"
@@ -54,53 +55,10 @@ ADAPTER_API = {"preprocess", "media_tokens_calculator", "num_frames_per_chunk",
 
 
 # -- reading a release -----------------------------------------------------------------------
-class Release:
+class Release(ReleaseSource):
     """The ``vllm`` package of one wheel or site-packages dir, read as text."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._zip = zipfile.ZipFile(path) if path.is_file() else None
-        self._trees: dict[str, ast.Module | None] = {}
-
-    def text(self, module: str) -> str | None:
-        rel = module.replace(".", "/")
-        for cand in (f"{rel}.py", f"{rel}/__init__.py"):
-            if self._zip is not None:
-                try:
-                    return self._zip.read(cand).decode("utf-8")
-                except KeyError:
-                    continue
-            elif (self.path / cand).is_file():
-                return (self.path / cand).read_text(encoding="utf-8")
-        return None
-
-    def exists(self, module: str) -> bool:
-        return self.text(module) is not None
-
-    def tree(self, module: str) -> ast.Module | None:
-        if module not in self._trees:
-            src = self.text(module)
-            self._trees[module] = ast.parse(src) if src is not None else None
-        return self._trees[module]
-
-    def version(self) -> str:
-        """The dist-info's Version (else ``vllm/_version.py``, else the wheel's name)."""
-        if self._zip is not None:
-            metas = [n for n in self._zip.namelist()
-                     if re.fullmatch(r"vllm-[^/]+\.dist-info/METADATA", n)]
-            meta = self._zip.read(metas[0]).decode() if metas else ""
-        else:
-            metas = sorted(self.path.glob("vllm-*.dist-info/METADATA"))
-            meta = metas[0].read_text() if metas else ""
-        m = re.search(r"^Version:\s*(\S+)", meta, re.M)
-        if m:
-            return m.group(1)
-        m = re.search(r"^(?:__)?version(?:__)?\s*(?::\s*str)?\s*=\s*[\"']([^\"']+)",
-                      self.text("vllm._version") or "", re.M)
-        if m:
-            return m.group(1)
-        m = re.match(r"vllm-([^-]+)-", self.path.name)
-        return m.group(1) if m else "?"
+    package = "vllm"
 
     def modules_importing(self, package: str, name: str) -> list[str]:
         """Modules under ``vllm/`` that ``from <package> import <name>`` (a copy of the object)."""
@@ -117,33 +75,6 @@ class Release:
             if any(re.search(rf"\b{name}\b", m.group(0)) for m in pattern.finditer(text)):
                 found.append(module)
         return sorted(found)
-
-    def klass(self, module: str, name: str) -> ast.ClassDef | None:
-        tree = self.tree(module)
-        for node in tree.body if tree is not None else ():
-            if isinstance(node, ast.ClassDef) and node.name == name:
-                return node
-        return None
-
-    def func(self, module: str, name: str, cls: str | None = None) -> ast.FunctionDef | None:
-        tree = self.tree(module)
-        if tree is None:
-            return None
-        body = tree.body
-        if cls is not None:
-            klass = self.klass(module, cls)
-            if klass is None:
-                return None
-            body = klass.body
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-                return node
-        return None
-
-    def source(self, module: str, node: ast.AST | None) -> str:
-        if node is None:
-            return ""
-        return ast.get_source_segment(self.text(module) or "", node) or ""
 
     def binds(self, module: str, name: str) -> bool:
         """``name`` is a module global: defined, assigned or imported at top level."""
