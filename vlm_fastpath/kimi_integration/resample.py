@@ -122,13 +122,14 @@ def resampler_info() -> dict[str, Any]:
 
 
 # -- coefficients and sources ------------------------------------------------------------------
-_NO_TAPS = (
-    np.zeros(0, np.int32),
-    np.zeros(0, np.int32),
-    np.zeros((0, 1), np.int32),
-)
-for _array in _NO_TAPS:
-    _array.setflags(write=False)
+def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    for array in arrays:
+        array.setflags(write=False)
+    return arrays
+
+
+_NO_TAPS = _frozen(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros((0, 1), np.int32))
+_NO_PADDED_TAPS = _frozen(np.zeros(0, np.int32), np.zeros((0, 1), np.int64))
 
 
 @functools.lru_cache(maxsize=256)
@@ -137,10 +138,26 @@ def _axis(in_size: int, out_size: int, filter_name: str) -> tuple[np.ndarray, ..
     if in_size == out_size:
         return _NO_TAPS
     xmin, count, weights = pillow_coefficients(in_size, out_size, filter_name)
-    arrays = (xmin.astype(np.int32), count.astype(np.int32), np.ascontiguousarray(weights))
-    for array in arrays:
-        array.setflags(write=False)
-    return arrays
+    return _frozen(xmin.astype(np.int32), count.astype(np.int32), np.ascontiguousarray(weights))
+
+
+@functools.lru_cache(maxsize=256)
+def _padded_axis(in_size: int, out_size: int, filter_name: str) -> tuple[np.ndarray, ...]:
+    """The same taps, every window ``max(count)`` long: (first tap, int64 weights).
+
+    The added taps carry weight 0, so the sums are Pillow's; a window that would pass the
+    image's end starts earlier instead (``max(count)`` <= ``in_size`` always holds).
+    """
+    if in_size == out_size:
+        return _NO_PADDED_TAPS
+    xmin, count, weights = _axis(in_size, out_size, filter_name)
+    taps = int(count.max())
+    start = np.minimum(xmin, in_size - taps).astype(np.int32)
+    shift = xmin - start
+    padded = np.zeros((xmin.shape[0], taps), np.int64)
+    for x in range(xmin.shape[0]):
+        padded[x, shift[x] : shift[x] + count[x]] = weights[x, : count[x]]
+    return _frozen(start, padded)
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -179,10 +196,10 @@ def _band_args(
     pixels: np.ndarray, cs: int, out_w: int, out_h: int, filter_name: str
 ) -> tuple[Any, ...]:
     in_h, in_w = pixels.shape[0], pixels.shape[1] // cs
-    xmin, xcnt, xw = _axis(in_w, out_w, filter_name)
+    xmin, xw = _padded_axis(in_w, out_w, filter_name)
     ymin, ycnt, yw = _axis(in_h, out_h, filter_name)
     order = vertical_first(in_w, in_h, out_w, out_h, pillow_version())
-    return (pixels, cs, xmin, xcnt, xw, ymin, ycnt, yw, in_w != out_w, in_h != out_h, order)
+    return (pixels, cs, xmin, xw, ymin, ycnt, yw, in_w != out_w, in_h != out_h, order)
 
 
 def _run_band(args: tuple[Any, ...], lut: np.ndarray, out: np.ndarray, grid_w: int, p: int,
