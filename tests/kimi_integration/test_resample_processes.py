@@ -182,3 +182,37 @@ def test_one_thread_by_variable(tmp_path):
     proc = run_script(tmp_path, THREADS_SCRIPT, VLM_FASTPATH_RESIZE_THREADS="1")
     assert "OK" in proc.stdout
 
+
+
+WARM_SCRIPT = """
+    import numpy as np
+    from PIL import Image
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
+    from vlm_fastpath.kimi_integration import _numba_resample as kernels
+    from tests.kimi_integration.resample_cases import SMALL
+
+    assert not kernels.resize_patchify_band.signatures  # nothing loaded before a processor
+    proc = FusedKimiProcessor(SMALL)
+    loaded = set(kernels.resize_patchify_band.signatures)
+    assert len(loaded) == 2, loaded  # float32 and uint8 tables (sources share one type)
+    rng = np.random.default_rng(0)
+    array = rng.integers(0, 256, (301, 257, 3), dtype=np.uint8)
+    for frame in (array, Image.fromarray(array)):
+        for flags in ((True, True), (False, False)):
+            proc.preprocess([{"type": "image", "image": frame}], do_rescale=flags[0],
+                            do_normalize=flags[1])
+    # every specialization a call needs was loaded by the constructor: none added since
+    assert set(kernels.resize_patchify_band.signatures) == loaded
+    assert resample.warm_up() == 0.0  # once per process
+    print("OK")
+"""
+
+
+@needs_numba
+def test_processor_construction_loads_every_kernel_specialization(tmp_path):
+    """The first request must not pay the kernel's load: the constructor does it."""
+    from vlm_fastpath.kimi_integration import resample
+
+    if not resample.kernel_enabled():
+        pytest.skip(resample.resampler_info()["reason"])
+    run_script(tmp_path, WARM_SCRIPT)

@@ -26,7 +26,7 @@ from .image_input import image_size, to_rgb_image
 from .navit_resize import ResizePlan, plan_image, plan_video_chunk
 from .normalize_lut import build_normalize_lut, identity_lut
 from .patchify_kernel import patchify_frame
-from .resample import kernel_enabled, resize_patchify
+from .resample import kernel_enabled, resize_patchify, warm_up
 from .resize_pool import get_pool, pool_size
 
 
@@ -86,6 +86,7 @@ class FusedKimiProcessor:
         self.num_frames_per_chunk = self.config.temporal_merge_kernel_size
         self.normalize_lut = build_normalize_lut(self.config.image_mean, self.config.image_std)
         self._uint8_lut = identity_lut()
+        warm_up()
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike[str], **kwargs: Any) -> FusedKimiProcessor:
