@@ -191,3 +191,29 @@ def test_processor_repr_and_attributes():
     assert fast.patch_size == 16 and fast.merge_size == 2 and fast.temporal_patch_size == 2
     assert fast.size == {"shortest_edge": 65536, "longest_edge": 16777216}
     assert "torch-uint8-bicubic-aa" in repr(fast)
+
+
+@needs_numba_in_process
+@pytest.mark.parametrize("verified", [True, False], ids=["kernel", "unverified-pillow"])
+def test_pil_mode_resizes_with_the_pillow_exact_kernel(pairs, monkeypatch, verified):
+    """PIL mode: the numba resampler where the Pillow release is verified, Pillow's own resize
+    otherwise; the same bytes as transformers' PIL processor either way."""
+    from PIL import Image
+
+    from vlm_fastpath.kimi_integration import resample
+
+    hf, fast = pairs[("pil", "qwen2.5-vl")]
+    assert "pillow-bicubic-numba" in repr(fast)
+    if not verified:
+        monkeypatch.setattr(resample, "VERIFIED_PILLOW", {})
+    calls = []
+    real = resample.resize_rgb
+    monkeypatch.setattr(resample, "resize_rgb",
+                        lambda *a, **k: calls.append(a[1:3]) or real(*a, **k))
+    images = [Image.fromarray(rand_array(i, w, h)) for i, (w, h) in
+              enumerate([(777, 555), (1031, 77), (64, 900)])]
+    images.append(rand_array(9, 500, 333))  # an HWC array goes through the kernel too
+    for image in images:
+        assert_same(hf(images=[image], return_tensors="pt"),
+                    fast(images=[image], return_tensors="pt"))
+    assert bool(calls) == verified, calls

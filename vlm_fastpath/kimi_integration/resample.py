@@ -303,9 +303,9 @@ def pillow_resize_array(
 ) -> np.ndarray:
     """``Image.resize((width, height), filter)`` of a uint8 HxWx3 array, bit-exact.
 
-    The bare resampler (no patches): the fused kernel with 1-pixel patches and an identity
-    table, whose patch-major output is exactly the HxWx3 image. Falls back to Pillow itself
-    where the kernel is not enabled.
+    The bare resampler (no patches), on the calling thread: the fused kernel with 1-pixel
+    patches and an identity table, whose patch-major output is exactly the HxWx3 image.
+    Falls back to Pillow itself where the kernel is not enabled.
     """
     if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
         raise ValueError(f"need a uint8 HxWx3 array, got {array.dtype} {array.shape}")
@@ -320,6 +320,33 @@ def pillow_resize_array(
     args = _band_args(pixels, 3, width, height, filter_name)
     out = np.empty((height * width, 3, 1, 1), dtype=np.uint8)
     _run_band(args, _readonly(_identity_lut()), out, width, 1, 0, height)
+    return out.reshape(height, width, 3)
+
+
+def resize_rgb(frame: Any, width: int, height: int, filter_name: str = "bicubic") -> np.ndarray:
+    """``convert("RGB").resize((width, height), filter)`` as a new HxWx3 uint8 array, with
+    row bands on every worker of the band pool. Needs :func:`kernel_enabled`.
+
+    For processors whose own layout is not Kimi's (Qwen's PIL mode): the resized image is
+    stored once, then patchified by that processor's kernel.
+    """
+    if width <= 0 or height <= 0:
+        raise ValueError(f"target size must be positive, got {width}x{height}")
+    pixels, cs, keepalive = frame_pixels(frame)
+    args = _band_args(pixels, cs, width, height, filter_name)
+    out = np.empty((height * width, 3, 1, 1), dtype=np.uint8)
+    lut = _readonly(_identity_lut())
+    pool = get_band_pool()
+    group = pool.group()
+    bands = band_count(height, 1.0, pool.workers)
+    edges = [round(i * height / bands) for i in range(bands + 1)]
+    try:
+        for g0, g1 in zip(edges[:-1], edges[1:], strict=True):
+            if g1 > g0:
+                group.submit(_run_band, args, lut, out, width, 1, g0, g1, keepalive)
+    except BaseException as exc:
+        group.fail(exc)
+    group.wait()
     return out.reshape(height, width, 3)
 
 

@@ -30,7 +30,7 @@ from .errors import QwenConfigError, QwenInputError
 from .image_input import flatten_images, image_size, to_rgb
 from .normalize_lut import build_lut
 from .patchify_kernel import patchify_frame
-from .resize import PillowResizer, Resizer, TorchResizer
+from .resize import KernelPillowResizer, Resizer, TorchResizer
 from .smart_resize import smart_resize
 
 # Per-call keys that change nothing in our output (or are transformers plumbing).
@@ -330,7 +330,7 @@ def _default_resizer(mode: str) -> Resizer:
     if mode == TORCHVISION:
         return TorchResizer()
     if mode == PIL:
-        return PillowResizer()
+        return KernelPillowResizer()
     raise QwenConfigError(f"unknown mode {mode!r}")
 
 

@@ -6,8 +6,9 @@ op (an integer kernel with int16 weights: the bytes do not depend on the CPU's S
 A torchvision that resized differently (older ones went through float32) is caught by
 ``compat.check_compatible``.
 
-PIL processor: Pillow's ``Image.resize(BICUBIC)`` of the RGB image. A Pillow-exact numba
-resampler can replace it later through the ``Resizer`` protocol.
+PIL processor: Pillow's ``Image.resize(BICUBIC)`` of the RGB image; where the installed Pillow
+is one the Pillow-exact numba resampler is verified for (:mod:`vlm_fastpath.kimi_integration.
+resample`), that resampler runs instead, on every core (same bytes, tested against Pillow).
 
 A batch is resized on a thread pool, one image per worker (both resizes release the GIL).
 """
@@ -79,3 +80,25 @@ class PillowResizer:
         except OSError as exc:  # truncated or corrupt encoded data surfaces at load time
             raise QwenInputError(f"cannot decode image: {exc}") from exc
         return np.asarray(resized)
+
+
+class KernelPillowResizer(PillowResizer):
+    """The same bytes as :class:`PillowResizer`, from the Pillow-exact numba resampler with
+    row bands on every core; Pillow itself where that resampler is not enabled (unverified
+    Pillow release, no numba), decided on every call."""
+
+    name = "pillow-bicubic-numba"
+
+    def __call__(self, image: Image.Image | np.ndarray, height: int, width: int) -> np.ndarray:
+        from vlm_fastpath.kimi_integration import resample
+        from vlm_fastpath.kimi_integration.errors import ImageTooLargeError, KimiInputError
+
+        size = image.size if isinstance(image, Image.Image) else (image.shape[1], image.shape[0])
+        if size == (width, height) or not resample.kernel_enabled():
+            return super().__call__(image, height, width)
+        try:
+            return resample.resize_rgb(image, width, height)
+        except ImageTooLargeError:  # Kimi's pixel limit; Qwen's processors apply none to arrays
+            return super().__call__(image, height, width)
+        except KimiInputError as exc:  # a corrupt image surfaces when its pixels are read
+            raise QwenInputError(str(exc)) from exc
