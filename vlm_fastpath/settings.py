@@ -26,9 +26,12 @@ VARIABLES: dict[str, str] = {
     "VLM_FASTPATH_DEFER_RESIZE": "resize backend of the deferred owner: auto, pillow or torch",
     "VLM_FASTPATH_FAULT_LIMIT": "run-time faults of one patch's fast path before it is disabled "
     "for the process (default 3)",
+    "VLM_FASTPATH_BUFFER_POOL_MB": "MiB of freed processor outputs kept for reuse (default 256; "
+    "0 keeps none)",
 }
 
 DEFAULT_FAULT_LIMIT = 3
+DEFAULT_BUFFER_POOL_MB = 256
 
 
 def _raw(name: str, default: str = "") -> str:
@@ -107,3 +110,16 @@ def fault_limit() -> int:
         return max(1, int(value)) if value else DEFAULT_FAULT_LIMIT
     except ValueError:
         return DEFAULT_FAULT_LIMIT
+
+
+def buffer_pool_bytes() -> int:
+    """Bytes of freed output buffers the processors may keep for reuse (0: none).
+
+    A value that is not a non-negative integer keeps the default.
+    """
+    value = _raw("VLM_FASTPATH_BUFFER_POOL_MB").strip()
+    try:
+        megabytes = int(value) if value else DEFAULT_BUFFER_POOL_MB
+    except ValueError:
+        megabytes = DEFAULT_BUFFER_POOL_MB
+    return max(0, megabytes) << 20

@@ -25,6 +25,7 @@ from .errors import KimiInputError, KimiProcessorError
 from .image_input import image_size, to_rgb_image
 from .navit_resize import ResizePlan, plan_image, plan_video_chunk
 from .normalize_lut import build_normalize_lut, identity_lut
+from .output_pool import empty_output
 from .patchify_kernel import patchify_frame
 from .resample import kernel_enabled, resize_patchify, warm_up
 from .resize_pool import get_pool, pool_size
@@ -159,9 +160,9 @@ class FusedKimiProcessor:
         items = [_frames_of(media) for media in medias]
         plans = [self._plan(kind, frames) for kind, frames in items]
         total = sum(plan.num_patches for plan in plans)
-        # numpy, not torch.empty: numpy asks the kernel for transparent huge pages on large
-        # buffers (madvise), which makes first-touch page faults on the output ~4x cheaper.
-        pixel_values = torch.from_numpy(np.empty((total, 3, p, p), dtype=lut.dtype))
+        # Recycled memory of a freed output when one fits, else numpy's (which asks the kernel
+        # for transparent huge pages on large buffers): output_pool.
+        pixel_values = torch.from_numpy(empty_output((total, 3, p, p), lut.dtype))
         grid_thws = torch.tensor([plan.grid_thw for plan in plans], dtype=torch.int64)
         grid_thws = grid_thws.reshape(len(plans), 3)
         self._fill(items, plans, pixel_values.numpy(), lut)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vlm_fastpath.kimi_integration.output_pool import empty_output
 from vlm_fastpath.kimi_integration.resize_pool import get_pool, pool_size
 
 from .config import PIL, TORCHVISION, QwenImageConfig
@@ -266,9 +267,9 @@ class FastQwen2VLImageProcessor:
         lut = self._lut(config)
         p, t = config.patch_size, config.temporal_patch_size
         total = sum(plan.num_patches for plan in plans)
-        # numpy, not torch.empty: numpy asks for transparent huge pages on large buffers,
-        # which makes first-touch page faults on the output several times cheaper.
-        out = np.empty((total, 3 * t * p * p), dtype=lut.dtype)
+        # Recycled memory of a freed output when one fits, else numpy's (transparent huge
+        # pages on large buffers): kimi_integration.output_pool.
+        out = empty_output((total, 3 * t * p * p), lut.dtype)
         self._fill(rgb, plans, out, lut, config)
         grid = torch.tensor([[1, plan.grid_h, plan.grid_w] for plan in plans], dtype=torch.int64)
         return _batch(torch.from_numpy(out), grid.reshape(len(plans), 3), return_tensors,
