@@ -21,7 +21,7 @@ from PIL import Image
 
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
 from vlm_fastpath.kimi_integration.pillow_coeffs import vertical_first
-from vlm_fastpath.kimi_integration.resample import pillow_resize_array, resampler_info
+from vlm_fastpath.kimi_integration.resample import resampler_info, resize_rgb
 
 from .helpers import assert_parity, decode, encode, img, palette_image, rand_array, video
 from .reference_kimi import CLIP_CFG, KIMI_K25_CFG, ref_preprocess
@@ -93,7 +93,7 @@ def size_pairs(draw):
 def test_bare_resampler_equals_pillow(sizes, filter_name, seed):
     w, h, ow, oh = sizes
     array = rand_array(seed, w, h)
-    _assert_same(pillow_resize_array(array, ow, oh, filter_name), _pil(array, ow, oh, filter_name))
+    _assert_same(resize_rgb(array, ow, oh, filter_name), _pil(array, ow, oh, filter_name))
 
 
 def _with_order(array: np.ndarray, ow: int, oh: int, first_vertical: bool) -> np.ndarray:
@@ -124,7 +124,7 @@ def test_pass_order_rule_edges(sizes):
     w, h, ow, oh = sizes
     array = rand_array(sum(sizes), w, h)
     expected = _pil(array, ow, oh)
-    _assert_same(pillow_resize_array(array, ow, oh), expected)
+    _assert_same(resize_rgb(array, ow, oh), expected)
     order = vertical_first(w, h, ow, oh)
     _assert_same(_with_order(array, ow, oh, order), expected)
 
@@ -145,7 +145,7 @@ def test_bare_resampler_many_random_sizes(filter_name):
     for _ in range(120):
         w, h, ow, oh = (int(v) for v in rng.integers(1, 160, 4))
         array = rand_array(int(rng.integers(1 << 30)), w, h)
-        _assert_same(pillow_resize_array(array, ow, oh, filter_name),
+        _assert_same(resize_rgb(array, ow, oh, filter_name),
                      _pil(array, ow, oh, filter_name))
 
 
@@ -153,14 +153,14 @@ def test_bare_resampler_many_random_sizes(filter_name):
 def test_bare_resampler_kimi_sizes():
     for w, h, ow, oh in [(2048, 2048, 1795, 1795), (4032, 3024, 2072, 1554), (3000, 500, 2900, 80)]:
         array = rand_array(w, w, h)
-        _assert_same(pillow_resize_array(array, ow, oh), _pil(array, ow, oh))
+        _assert_same(resize_rgb(array, ow, oh), _pil(array, ow, oh))
 
 
 def test_bare_resampler_rejects_bad_input():
     with pytest.raises(ValueError):
-        pillow_resize_array(np.zeros((4, 4), np.uint8), 2, 2)
+        resize_rgb(np.zeros((4, 4), np.uint8), 2, 2)
     with pytest.raises(ValueError):
-        pillow_resize_array(np.zeros((4, 4, 3), np.uint8), 0, 2)
+        resize_rgb(np.zeros((4, 4, 3), np.uint8), 0, 2)
 
 
 # -- the processor (fused pad + normalize + patchify) against the oracle -----------------------
@@ -302,7 +302,7 @@ def test_unverified_pillow_falls_back_to_pillow(monkeypatch):
     image = Image.fromarray(rand_array(8, 500, 400))
     assert_parity(FusedKimiProcessor(SMALL_CFG), [img(image), img(image)], SMALL_CFG)
     array = rand_array(9, 50, 40)
-    _assert_same(pillow_resize_array(array, 31, 17), _pil(array, 31, 17))
+    _assert_same(resize_rgb(array, 31, 17), _pil(array, 31, 17))
 
 
 def test_unverified_machine_falls_back(monkeypatch):

@@ -92,7 +92,7 @@ VERSION_SCRIPT = """
     firsts = 0
     for w, h, ow, oh in cases:
         array = rand_array(w * 7 + h, w, h)
-        got = resample.pillow_resize_array(array, ow, oh)
+        got = resample.resize_rgb(array, ow, oh)
         want = np.asarray(Image.fromarray(array).resize((ow, oh), Image.Resampling.BICUBIC))
         assert np.array_equal(got, want), ("differs", w, h, ow, oh)
         firsts += vertical_first(w, h, ow, oh)

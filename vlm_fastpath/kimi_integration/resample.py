@@ -229,11 +229,18 @@ def submit_frame(
     pixels, cs, keepalive = frame_pixels(frame)
     args = _band_args(pixels, cs, plan.new_width, plan.new_height, filter_name)
     lut = _readonly(lut)
-    grid_h, grid_w, p = plan.grid_h, plan.grid_w, plan.patch_size
+    _submit_bands(group, args, lut, dest, plan.grid_w, plan.patch_size, plan.grid_h, bands,
+                  keepalive, urgent=True)
+
+
+def _submit_bands(group: TaskGroup, args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray,
+                  grid_w: int, p: int, grid_h: int, bands: int, keepalive: Any,
+                  urgent: bool = False) -> None:
+    """Queue patch rows ``0 .. grid_h`` of one frame as ``bands`` tasks of ``_run_band``."""
     edges = [round(i * grid_h / bands) for i in range(bands + 1)]
     for g0, g1 in zip(edges[:-1], edges[1:], strict=True):
         if g1 > g0:
-            group.submit(_run_band, args, lut, dest, grid_w, p, g0, g1, keepalive, urgent=True)
+            group.submit(_run_band, args, lut, dest, grid_w, p, g0, g1, keepalive, urgent=urgent)
 
 
 def resize_patchify(
@@ -298,52 +305,36 @@ def _float_lut() -> np.ndarray:
     return _identity_lut().astype(np.float32)
 
 
-def pillow_resize_array(
-    array: np.ndarray, width: int, height: int, filter_name: str = "bicubic"
-) -> np.ndarray:
-    """``Image.resize((width, height), filter)`` of a uint8 HxWx3 array, bit-exact.
+def resize_rgb(frame: Any, width: int, height: int, filter_name: str = "bicubic") -> np.ndarray:
+    """``convert("RGB").resize((width, height), filter)`` as a new HxWx3 uint8 array,
+    bit-exact: the bare resampler (no patches), with row bands on every worker of the band
+    pool. Pillow itself resizes where the kernel is not enabled.
 
-    The bare resampler (no patches), on the calling thread: the fused kernel with 1-pixel
-    patches and an identity table, whose patch-major output is exactly the HxWx3 image.
-    Falls back to Pillow itself where the kernel is not enabled.
+    The fused kernel with 1-pixel patches and an identity table, whose patch-major output is
+    exactly the HxWx3 image. For processors whose layout is not Kimi's (Qwen's PIL mode): the
+    resized image is stored once, then patchified by that processor's kernel.
     """
-    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
-        raise ValueError(f"need a uint8 HxWx3 array, got {array.dtype} {array.shape}")
     if width <= 0 or height <= 0:
         raise ValueError(f"target size must be positive, got {width}x{height}")
+    array = _unwrap(frame)
+    if isinstance(array, np.ndarray) and (
+        array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3
+    ):
+        raise ValueError(f"need a uint8 HxWx3 array, got {array.dtype} {array.shape}")
     if not kernel_enabled():
         from PIL import Image
 
+        image = Image.fromarray(array) if isinstance(array, np.ndarray) else to_rgb_image(frame)
         resample = Image.Resampling[filter_name.upper()]
-        return np.asarray(Image.fromarray(array).resize((width, height), resample)).copy()
-    pixels = _readonly(array).reshape(array.shape[0], array.shape[1] * 3)
-    args = _band_args(pixels, 3, width, height, filter_name)
-    out = np.empty((height * width, 3, 1, 1), dtype=np.uint8)
-    _run_band(args, _readonly(_identity_lut()), out, width, 1, 0, height)
-    return out.reshape(height, width, 3)
-
-
-def resize_rgb(frame: Any, width: int, height: int, filter_name: str = "bicubic") -> np.ndarray:
-    """``convert("RGB").resize((width, height), filter)`` as a new HxWx3 uint8 array, with
-    row bands on every worker of the band pool. Needs :func:`kernel_enabled`.
-
-    For processors whose own layout is not Kimi's (Qwen's PIL mode): the resized image is
-    stored once, then patchified by that processor's kernel.
-    """
-    if width <= 0 or height <= 0:
-        raise ValueError(f"target size must be positive, got {width}x{height}")
+        return np.asarray(image.resize((width, height), resample)).copy()
     pixels, cs, keepalive = frame_pixels(frame)
     args = _band_args(pixels, cs, width, height, filter_name)
     out = np.empty((height * width, 3, 1, 1), dtype=np.uint8)
-    lut = _readonly(_identity_lut())
     pool = get_band_pool()
     group = pool.group()
-    bands = band_count(height, 1.0, pool.workers)
-    edges = [round(i * height / bands) for i in range(bands + 1)]
     try:
-        for g0, g1 in zip(edges[:-1], edges[1:], strict=True):
-            if g1 > g0:
-                group.submit(_run_band, args, lut, out, width, 1, g0, g1, keepalive)
+        _submit_bands(group, args, _readonly(_identity_lut()), out, width, 1, height,
+                      band_count(height, 1.0, pool.workers), keepalive)
     except BaseException as exc:
         group.fail(exc)
     group.wait()
