@@ -7,9 +7,13 @@ Stdlib only.
 
 from __future__ import annotations
 
+import argparse
 import ast
+import csv
 import re
+import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -90,3 +94,64 @@ class ReleaseSource:
         if node is None:
             return ""
         return ast.get_source_segment(self.text(module) or "", node) or ""
+
+
+def version_key(version: str) -> tuple:
+    """A sortable key of a final or ``.postN`` release (a ``+local`` suffix is ignored)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)*)(?:\.post(\d+))?(?:\+\S+)?", version)
+    if not m:
+        raise ValueError(f"unsupported version {version!r}")
+    release = tuple(int(p) for p in m.group(1).split("."))
+    release += (0,) * (4 - len(release))
+    return release + (int(m.group(2) or -1),)
+
+
+def in_range(version: str, spec: str) -> bool:
+    """PEP 440 ``>=``/``<``/``<=``/``>``/``==`` clauses on final and .postN releases."""
+    v = version_key(version)
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        op, bound = re.fullmatch(r"(>=|<=|==|<|>)\s*(\S+)", clause).groups()
+        b = version_key(bound)
+        if op == ">" and b[:-1] == v[:-1] and b[-1] == -1:
+            return False  # >V excludes V's post-releases (PEP 440)
+        ok = {">=": v >= b, "<=": v <= b, "==": v == b, "<": v < b, ">": v > b}[op]
+        if not ok:
+            return False
+    return True
+
+
+def run_cli(
+    engine: str,
+    description: str,
+    release_cls: type[ReleaseSource],
+    facts: Callable[[ReleaseSource], dict],
+    statuses: Callable[..., list[tuple[str, str, str]]],
+    patch_specs: Callable[[Path], dict],
+    default_patches: Path,
+    argv: list[str] | None = None,
+) -> int:
+    """A scanner's command line: the facts and statuses of each release, or ``--csv`` rows."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("inputs", nargs="+", type=Path, help=f"{engine} wheels or site-packages")
+    parser.add_argument("--csv", action="store_true", help="expected-status rows only")
+    parser.add_argument("--patches", type=Path, default=default_patches)
+    args = parser.parse_args(argv)
+    specs = patch_specs(args.patches)
+    releases = sorted((release_cls(p) for p in args.inputs),
+                      key=lambda r: version_key(r.version()))
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    if args.csv:
+        writer.writerow(("release", "patch", "status", "reason"))
+    for r in releases:
+        f = facts(r)
+        if not args.csv:
+            print(f"== {engine} {f['version']} ({r.path})")
+            for key, value in f.items():
+                if key != "version":
+                    print(f"  {key}: {value}")
+        for name, status, reason in statuses(r, f, specs):
+            if args.csv:
+                writer.writerow((f["version"], name, status, reason))
+            else:
+                print(f"  -> {name}: {status} ({reason})")
+    return 0

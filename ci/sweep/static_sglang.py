@@ -21,15 +21,13 @@ upstream / not-needed rules below are this scanner's own reading of the release 
 
 from __future__ import annotations
 
-import argparse
 import ast
-import csv
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from release_source import ReleaseSource  # ci/sweep/, beside this script
+from release_source import ReleaseSource, in_range, run_cli  # ci/sweep/
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "vlm_fastpath/patches/sglang"
@@ -190,29 +188,6 @@ def patch_specs(folder: Path) -> dict[str, str]:
             if attrs.get("engine") == "sglang" and "name" in attrs and "versions" in attrs:
                 out[str(attrs["name"])] = str(attrs["versions"])
     return out
-
-
-def _key(version: str) -> tuple:
-    m = re.fullmatch(r"(\d+(?:\.\d+)*)(?:\.post(\d+))?", version)
-    if not m:
-        raise ValueError(f"unsupported version {version!r}")
-    release = tuple(int(p) for p in m.group(1).split("."))
-    release += (0,) * (4 - len(release))
-    return release + (int(m.group(2) or -1),)
-
-
-def in_range(version: str, spec: str) -> bool:
-    """PEP 440 ``>=``/``<``/``<=``/``>``/``==`` clauses on final and .postN releases."""
-    v = _key(version)
-    for clause in filter(None, (c.strip() for c in spec.split(","))):
-        op, bound = re.fullmatch(r"(>=|<=|==|<|>)\s*(\S+)", clause).groups()
-        b = _key(bound)
-        if op == ">" and b[:-1] == v[:-1] and b[-1] == -1:
-            return False  # >V excludes V's post-releases (PEP 440)
-        ok = {">=": v >= b, "<=": v <= b, "==": v == b, "<": v < b, ">": v > b}[op]
-        if not ok:
-            return False
-    return True
 
 
 @dataclass
@@ -380,30 +355,8 @@ def statuses(r: Release, f: dict, specs: dict[str, str]) -> list[tuple[str, str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("inputs", nargs="+", type=Path, help="sglang wheels or site-packages")
-    parser.add_argument("--csv", action="store_true", help="expected-status rows only")
-    parser.add_argument("--patches", type=Path, default=PATCHES)
-    args = parser.parse_args(argv)
-    specs = patch_specs(args.patches)
-    releases = [Release(p) for p in args.inputs]
-    releases.sort(key=lambda r: _key(r.version()))
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    if args.csv:
-        writer.writerow(("release", "patch", "status", "reason"))
-    for r in releases:
-        f = facts(r)
-        if not args.csv:
-            print(f"== sglang {f['version']} ({r.path})")
-            for key, value in f.items():
-                if key != "version":
-                    print(f"  {key}: {value}")
-        for name, status, reason in statuses(r, f, specs):
-            if args.csv:
-                writer.writerow((f["version"], name, status, reason))
-            else:
-                print(f"  -> {name}: {status} ({reason})")
-    return 0
+    return run_cli("sglang", __doc__.split("\n")[0], Release, facts, statuses, patch_specs,
+                   PATCHES, argv)
 
 
 if __name__ == "__main__":

@@ -21,16 +21,14 @@ in a release that a patch whose range covers it would not fit (a range to keep n
 
 from __future__ import annotations
 
-import argparse
 import ast
-import csv
 import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from release_source import ReleaseSource  # ci/sweep/, beside this script
+from release_source import ReleaseSource, in_range, run_cli  # ci/sweep/
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "vlm_fastpath/patches/vllm"
@@ -310,29 +308,6 @@ def patch_specs(folder: Path) -> dict[str, dict[str, object]]:
     return out
 
 
-def _key(version: str) -> tuple:
-    m = re.fullmatch(r"(\d+(?:\.\d+)*)(?:\.post(\d+))?(?:\+\S+)?", version)
-    if not m:
-        raise ValueError(f"unsupported version {version!r}")
-    release = tuple(int(p) for p in m.group(1).split("."))
-    release += (0,) * (4 - len(release))
-    return release + (int(m.group(2) or -1),)
-
-
-def in_range(version: str, spec: str) -> bool:
-    """PEP 440 ``>=``/``<``/``<=``/``>``/``==`` clauses on final and .postN releases."""
-    v = _key(version)
-    for clause in filter(None, (c.strip() for c in spec.split(","))):
-        op, bound = re.fullmatch(r"(>=|<=|==|<|>)\s*(\S+)", clause).groups()
-        b = _key(bound)
-        if op == ">" and b[:-1] == v[:-1] and b[-1] == -1:
-            return False
-        ok = {">=": v >= b, "<=": v <= b, "==": v == b, "<": v < b, ">": v > b}[op]
-        if not ok:
-            return False
-    return True
-
-
 Check = Callable[[dict], "str | None"]
 
 
@@ -570,30 +545,8 @@ def statuses(r: Release, f: dict, specs: dict[str, dict]) -> list[tuple[str, str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("inputs", nargs="+", type=Path, help="vllm wheels or site-packages")
-    parser.add_argument("--csv", action="store_true", help="expected-status rows only")
-    parser.add_argument("--patches", type=Path, default=PATCHES)
-    args = parser.parse_args(argv)
-    specs = patch_specs(args.patches)
-    releases = [Release(p) for p in args.inputs]
-    releases.sort(key=lambda r: _key(r.version()))
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    if args.csv:
-        writer.writerow(("release", "patch", "status", "reason"))
-    for r in releases:
-        f = facts(r)
-        if not args.csv:
-            print(f"== vllm {f['version']} ({r.path})")
-            for key, value in f.items():
-                if key != "version":
-                    print(f"  {key}: {value}")
-        for name, status, reason in statuses(r, f, specs):
-            if args.csv:
-                writer.writerow((f["version"], name, status, reason))
-            else:
-                print(f"  -> {name}: {status} ({reason})")
-    return 0
+    return run_cli("vllm", __doc__.split("\n")[0], Release, facts, statuses, patch_specs,
+                   PATCHES, argv)
 
 
 if __name__ == "__main__":
