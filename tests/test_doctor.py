@@ -99,3 +99,13 @@ def test_a_module_the_release_lacks_is_no_import_error(monkeypatch, tmp_path) ->
     report: dict = {}
     doctor._import_triggers(report)
     assert list(report["import_errors"]) == ["fake_engine_pkg.broken"]
+
+
+def test_doctor_reports_the_output_pool(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("VLM_FASTPATH_BUFFER_POOL_MB", "64")
+    proc = _doctor()
+    assert proc.returncode == 0, proc.stderr
+    assert "output pool: up to 64 MiB kept" in proc.stdout
+    monkeypatch.delenv("VLM_FASTPATH_BUFFER_POOL_MB")
+    pool = json.loads(_doctor("--json").stdout)["resampler"]["output_pool"]
+    assert pool["limit_mb"] == 256 and pool["idle_mb"] == 0 and pool["reused"] == 0

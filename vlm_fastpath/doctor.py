@@ -46,9 +46,10 @@ def _numba_layer() -> dict[str, Any]:
 
 def _resampler() -> dict[str, Any]:
     try:
+        from .kimi_integration.output_pool import pool_info
         from .kimi_integration.resample import resampler_info
 
-        return resampler_info()
+        return {**resampler_info(), "output_pool": pool_info()}
     except Exception as exc:  # noqa: BLE001 - doctor must always answer
         return {"resampler": "unknown", "reason": f"{type(exc).__name__}: {exc}"}
 
@@ -140,6 +141,9 @@ def render(report: dict[str, Any]) -> str:
     if resampler:
         lines.append(f"resize: {resampler.get('resampler')} ({resampler.get('reason')}); "
                      f"threads {resampler.get('threads', '-')}")
+    if pool := resampler.get("output_pool"):
+        lines.append(f"output pool: up to {pool['limit_mb']} MiB kept "
+                     "(VLM_FASTPATH_BUFFER_POOL_MB)")
     if "module" in report:
         lines.append(f"patches touching {report['module']}:")
     else:

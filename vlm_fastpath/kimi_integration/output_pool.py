@@ -113,6 +113,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=POOL._after_fork)
 
 
+def pool_info() -> dict[str, int | float]:
+    """This process's pool, for ``doctor``: its limit, idle memory and how often it served."""
+    return {"limit_mb": settings.buffer_pool_bytes() >> 20,
+            "idle_mb": round(POOL.idle_bytes() / (1 << 20), 1),
+            "reused": POOL.reused, "created": POOL.created}
+
+
 def empty_output(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
     """A processor's output array: recycled memory when a freed one fits (see module doc)."""
     return POOL.empty(shape, dtype)
