@@ -86,20 +86,11 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
 
 
 # Behaviour tests that cannot run on a release yet because the test harness (not the patch)
-# uses a private engine API the release changed. The sweep prints each as a gap on its line;
-# every entry is an open task, not a pass. Status, apply/revert and VLM_FASTPATH=0 still run.
-_DEVICE_NORMALIZE_GAP = (
-    "harness calls KimiK25MultiModalProcessor._call_hf_processor(prompt, data, kwargs, tok), "
-    "which 0.29-0.30 removed and 0.31 re-signed (hf_data, hf_kwargs); port pending"
-)
-KNOWN_GAPS: dict[tuple[str, str], dict[str, str]] = {
-    ("vllm", release): {
-        "test_device_normalize.py::test_tower_receives_what_the_release_gives_it":
-            _DEVICE_NORMALIZE_GAP,
-        "test_device_normalize.py::test_payload_bytes": _DEVICE_NORMALIZE_GAP,
-    }
-    for release in ("0.29.0", "0.30.0", "0.31.0")
-}
+# uses a private engine API the release changed: {(engine, release): {node: why}}. The sweep
+# prints each as a gap on its line; every entry is an open task, not a pass. Status,
+# apply/revert and VLM_FASTPATH=0 still run. None at present (the device-normalize harness
+# calls each release's own HF-processor entry, 0.29-0.31 included).
+KNOWN_GAPS: dict[tuple[str, str], dict[str, str]] = {}
 
 
 def tests_for(engine: str, applied: list[str], release: str = "") -> list[str]:

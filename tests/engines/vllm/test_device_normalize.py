@@ -13,6 +13,7 @@ what the vision tower would receive.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from types import SimpleNamespace
 
@@ -81,9 +82,17 @@ def _mm_processor(kimi, model_dir, dtype):
 
 
 def _hf_inputs(processor, medias):
-    """What the API server's processor hands to vLLM (after ``_postprocess_output``)."""
-    prompt = "a" + MEDIA_PAD * len(medias) + "b"
-    return processor._call_hf_processor(prompt, {"vision_chunks": medias}, {}, {})
+    """What the API server's processor hands to vLLM (after ``_postprocess_output``), through
+    the release's own call of the HF processor: up to 0.28 ``_call_hf_processor(prompt,
+    mm_data, mm_kwargs, tok_kwargs)``; from 0.29 on (which dropped that method, and 0.31, which
+    brought it back as ``(hf_data, hf_kwargs)``) ``_apply_hf_processor_main(mm_items, kwargs)``
+    on the items the release's own data parser makes."""
+    call = getattr(type(processor), "_call_hf_processor", None)
+    if call is not None and "prompt" in inspect.signature(call).parameters:
+        prompt = "a" + MEDIA_PAD * len(medias) + "b"
+        return processor._call_hf_processor(prompt, {"vision_chunks": medias}, {}, {})
+    items = processor.data_parser.parse_mm_data({"vision_chunk": medias})
+    return processor._apply_hf_processor_main(items, {})
 
 
 def _batched_kwargs(processor, hf_inputs) -> list[dict]:
