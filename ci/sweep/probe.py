@@ -5,8 +5,8 @@
 
 ``plugin``: the engine's own plugin loader runs our entry point (as ``vllm serve`` or SGLang's
 server would), then every module a patch touches is imported; prints each patch's status and
-what ``vlm-fastpath doctor --json`` prints in that process (the CLI's own code path; one engine
-import instead of two keeps a release's sweep short).
+what ``vlm-fastpath doctor --json`` prints in that process (the CLI's own code path), then the
+env's import check (one engine import instead of three keeps a release's sweep short).
 ``toggle``: started with ``VLM_FASTPATH=0``: every patch is disabled and no engine object is
 ours; then apply (every applied patch replaced something, a second apply changes nothing),
 then revert (every original object back, by identity).
@@ -77,6 +77,7 @@ def _snapshot(modules: list[str]) -> dict[str, Any]:
 
 
 PACKAGE_DIR = None
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _is_ours(value: Any) -> bool:
@@ -154,12 +155,47 @@ def toggle(engine: str) -> dict[str, Any]:
     return result
 
 
+IMPORT_CHECKS = {
+    "vllm": ("ci/engines/check_imports.py", "vllm"),
+    "sglang": ("ci/sglang/check_imports.py",),
+}
+
+
+def import_check(engine: str) -> dict[str, Any]:
+    """The env's import check (the script ``make`` runs on every engine env), run here after
+    the plugin step instead of in an interpreter of its own: one engine import less per
+    release. Returns its exit code and what it printed."""
+    import contextlib
+    import io
+    import runpy
+
+    script, *args = IMPORT_CHECKS[engine]
+    printed = io.StringIO()
+    argv = sys.argv
+    sys.argv = [script, *args]
+    code: Any = 0
+    try:
+        with contextlib.redirect_stdout(printed):
+            namespace = runpy.run_path(str(ROOT / script), run_name="__vlm_import_check__")
+            if "main" in namespace:  # ci/engines/check_imports.py: main(engine) -> rc
+                code = namespace["main"](*args)
+    except SystemExit as exc:  # ci/sglang/check_imports.py exits at import
+        code = exc.code
+    except Exception:  # noqa: BLE001 - a broken check script is this release's failure too
+        code, printed = 1, io.StringIO(traceback.format_exc())
+    finally:
+        sys.argv = argv
+    return {"rc": int(code or 0), "output": printed.getvalue()[-1500:]}
+
+
 def main() -> int:
     mode, engine = sys.argv[1], sys.argv[2]
     try:
         result = {"plugin": plugin, "toggle": toggle}[mode](engine)
     except Exception as exc:  # noqa: BLE001 - the sweep reports it as this release's failure
         result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    if mode == "plugin":
+        result["imports"] = import_check(engine)
     print("RESULT " + json.dumps(result, default=str))
     return 0
 

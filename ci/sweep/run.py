@@ -1,10 +1,10 @@
 """The release sweep: every engine release in the declared ranges, checked against its table.
 
 Per release (a line each as it runs):
-  1. its env (ci/envs.py: cached outside the checkout, overlay in .envs/), import check;
+  1. its env (ci/envs.py: cached outside the checkout, overlay in .envs/);
   2. the engine's own plugin loader in a fresh process (ci/sweep/probe.py plugin): our entry
      point is found, the statuses and what ``vlm-fastpath doctor --json`` prints there equal
-     ci/sweep/expected/<engine>.csv;
+     ci/sweep/expected/<engine>.csv; then, in the same process, the env's import check;
   3. ``VLM_FASTPATH=0`` in a fresh process (probe.py toggle): all disabled, no engine object
      is ours; apply changes something iff a patch applies, a second apply changes nothing;
      revert restores every original object (``is``);
@@ -40,12 +40,9 @@ sys.path.insert(0, str(ROOT / "ci"))
 import behaviour  # noqa: E402
 import coverage_page as coverage  # noqa: E402
 import envs  # noqa: E402
+from probe import IMPORT_CHECKS  # noqa: E402
 
 RESULTS = envs.cache_root().parent / "sweep"
-CHECK_IMPORTS = {
-    "vllm": ["ci/engines/check_imports.py", "vllm"],
-    "sglang": ["ci/sglang/check_imports.py"],
-}
 TIMEOUT = 600
 
 
@@ -86,7 +83,7 @@ def _hash_files(paths: list[Path]) -> str:
 
 
 def result_key(engine: str, release: str, rows: dict) -> str:
-    deps = list(HERE.glob("*.py")) + [ROOT / "ci/envs.py", ROOT / CHECK_IMPORTS[engine][0]]
+    deps = list(HERE.glob("*.py")) + [ROOT / "ci/envs.py", ROOT / IMPORT_CHECKS[engine][0]]
     deps += list((ROOT / "tests/engines" / engine).rglob("*.py"))
     deps += list((ROOT / "tests/support").rglob("*.py"))
     digest = hashlib.sha256()
@@ -131,19 +128,14 @@ def sweep_release(engine: str, release: str, rows: dict, run_behaviour: bool) ->
     steps["env"] = f"{time.monotonic() - start:.0f}s"
     want = {p: s for p, (s, _) in rows.items()}
 
-    stamp = here / ".imports-ok"  # once per overlay, as make does
-    if not stamp.exists():
-        proc = _run([py, *CHECK_IMPORTS[engine]])
-        if proc.returncode:
-            problems.append(f"imports: {(proc.stdout + proc.stderr)[-1500:]}")
-        else:
-            stamp.touch()
-    steps["imports"] = "ok" if stamp.exists() else "FAILED"
-
     t0 = time.monotonic()
     plugin: dict = {}
     try:
         plugin = _result_line(_run([py, "ci/sweep/probe.py", "plugin", engine]))
+        imports = plugin.get("imports", {"rc": 1, "output": "no import check result"})
+        steps["imports"] = "ok" if imports["rc"] == 0 else "FAILED"
+        if imports["rc"]:
+            problems.append(f"imports: {imports['output']}")
         if "error" in plugin:
             raise RuntimeError(plugin["traceback"])
         got = {k: v[0] for k, v in plugin["status"].items()}
