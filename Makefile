@@ -27,7 +27,8 @@ $(STAMP): pyproject.toml setup.py $(CORE_PINS) vlm_fastpath.pth
 
 # The benchmark runs in the vLLM 0.33.0 env so vLLM's own fused Kimi processor is a contender;
 # then the processor vLLM itself hands out is timed with and without the plugin; then Qwen-VL
-# (ours vs the transformers torchvision and PIL processors).
+# (ours vs the transformers torchvision and PIL processors, then vLLM's own Qwen2.5-VL
+# processor with and without the plugin).
 BENCH_ENV := .envs/vllm-0.33.0
 BENCH_STAMP := $(BENCH_ENV)/.bench-stamp
 
@@ -37,6 +38,7 @@ bench: venv
 	$(BENCH_ENV)/bin/python -m benchmarks.preprocess
 	$(BENCH_ENV)/bin/python -m benchmarks.vllm_processor
 	$(BENCH_ENV)/bin/python -m benchmarks.qwen_preprocess
+	$(BENCH_ENV)/bin/python -m benchmarks.vllm_qwen_processor
 
 $(BENCH_STAMP): ci/bench-requirements.txt
 	$(BENCH_ENV)/bin/pip install -q -r ci/bench-requirements.txt
