@@ -6,11 +6,21 @@ wrong moment has crashed vLLM CPU workers at start-up).
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit, prange
+
+_ONE = np.uint64(1)
+_THREE = np.uint64(3)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _fill_patch(frame, lut, out, idx, grid_w, p, m, t):  # noqa: ANN001
+def _fill_patch(rows, lut, flat, idx, grid_w, p, m, t):  # noqa: ANN001
+    """Output row ``idx`` (the flat output's ``[idx * 3*t*p*p, ...)``) from ``rows``, the frame
+    as uint8 ``[H, W*3]``. Written in memory order, channel by channel: one sequential stream
+    of stores per patch, then the temporal copies as block copies. Indices are np.uint64
+    (numba then skips its negative-index test; every constant in them is np.uint64 too, as
+    mixing signed and unsigned makes numba compute in float64). Measured 2.3x the previous
+    per-line, channel-interleaved writes on one thread (2044², float32 and uint8)."""
     # idx is the output row in merge order: (block row, block col, row in block, col in block).
     blocks_w = grid_w // m
     per_block = m * m
@@ -22,35 +32,39 @@ def _fill_patch(frame, lut, out, idx, grid_w, p, m, t):  # noqa: ANN001
     mx = within - my * m
     y0 = (by * m + my) * p
     x0 = (bx * m + mx) * p
-    plane = p * p
-    dst = out[idx]
-    # First temporal copy: one p x 3 byte run of the frame per patch line, mapped per channel.
-    for py in range(p):
-        seg = frame[y0 + py, x0 : x0 + p]
-        for c in range(3):
-            table = lut[c]
-            base = c * t * plane + py * p
-            for px in range(p):
-                dst[base + px] = table[seg[px, c]]
-    # The other temporal copies are contiguous block copies of the first.
+    plane = np.uint64(p * p)
+    o = np.uint64(idx * 3 * t * p * p)
     for c in range(3):
-        first = c * t * plane
-        for k in range(1, t):
-            off = first + k * plane
-            for j in range(plane):
-                dst[off + j] = dst[first + j]
+        table = lut[c]
+        first = o
+        for py in range(p):
+            line = rows[y0 + py]
+            s = np.uint64(x0 * 3 + c)
+            for _px in range(p):
+                flat[o] = table[np.uint64(line[s])]
+                o += _ONE
+                s += _THREE
+        for _k in range(1, t):
+            j = np.uint64(0)
+            while j < plane:
+                flat[o] = flat[first + j]
+                o += _ONE
+                j += _ONE
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def patchify_parallel(frame, lut, out, grid_w, p, m, t):  # noqa: ANN001
-    """Every patch of one frame, spread over numba's threads (one image: all cores)."""
+def patchify_parallel(rows, lut, out, grid_w, p, m, t):  # noqa: ANN001
+    """Every patch of one frame (``rows``: uint8 ``[H, W*3]``), spread over numba's threads
+    (one image: all cores)."""
+    flat = out.reshape(out.size)
     for idx in prange(out.shape[0]):
-        _fill_patch(frame, lut, out, idx, grid_w, p, m, t)
+        _fill_patch(rows, lut, flat, idx, grid_w, p, m, t)
 
 
 @njit(cache=True, nogil=True)
-def patchify_serial(frame, lut, out, grid_w, p, m, t):  # noqa: ANN001
+def patchify_serial(rows, lut, out, grid_w, p, m, t):  # noqa: ANN001
     """Every patch of one frame on the calling thread; releases the GIL so a thread pool can
     run many frames at once without touching numba's threading layer."""
+    flat = out.reshape(out.size)
     for idx in range(out.shape[0]):
-        _fill_patch(frame, lut, out, idx, grid_w, p, m, t)
+        _fill_patch(rows, lut, flat, idx, grid_w, p, m, t)

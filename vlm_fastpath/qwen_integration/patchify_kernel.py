@@ -99,6 +99,9 @@ def patchify_frame(
     if _KERNELS.parallel is None:
         patchify_numpy(frame, lut, out, grid_h, grid_w, p, m, t)
         return
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
+    frame = np.ascontiguousarray(frame).reshape(frame.shape[0], frame.shape[1] * 3)
     if not parallel:
         assert _KERNELS.serial is not None
         _KERNELS.serial(frame, lut, out, grid_w, p, m, t)
