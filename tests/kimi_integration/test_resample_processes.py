@@ -163,6 +163,19 @@ def test_default_threads_follow_affinity_quota_cap_and_variable(monkeypatch):
     assert resize_pool.default_workers() == 2
 
 
+def test_pool_size_is_the_created_pools(monkeypatch):
+    """Once the pool exists its own worker count is reported, without re-reading cgroups."""
+    pool = resize_pool.get_pool()
+    created = pool._max_workers
+
+    def unreadable() -> float:
+        raise AssertionError("cgroup files read after the pool was created")
+
+    monkeypatch.setattr(resize_pool, "cgroup_cpu_limit", unreadable)
+    monkeypatch.setattr(resize_pool, "_affinity_cpus", lambda: created + 3)
+    assert resize_pool.pool_size() == created
+
+
 THREADS_SCRIPT = """
     from vlm_fastpath.kimi_integration import FusedKimiProcessor
     from vlm_fastpath.kimi_integration.band_pool import get_band_pool

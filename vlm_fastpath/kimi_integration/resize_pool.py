@@ -22,6 +22,7 @@ MAX_DEFAULT_THREADS = 8  # beyond this, memory bandwidth (not cores) bounds one 
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
+_pool_workers = [0]  # the created pool's worker count
 
 
 def _affinity_cpus() -> int:
@@ -97,17 +98,20 @@ def default_workers() -> int:
 
 
 def pool_size() -> int:
-    """Worker count of the (possibly not yet created) pool."""
-    return default_workers()
+    """Worker count of the pool: the created pool's own (no cgroup files read per call, and
+    the number the pool really has), else what it would be created with."""
+    pool = _pool
+    return _pool_workers[0] if pool is not None else default_workers()
 
 
 def get_pool() -> ThreadPoolExecutor:
     global _pool
     with _lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(
-                max_workers=default_workers(), thread_name_prefix="vlm-fastpath-resize"
-            )
+            workers = default_workers()
+            _pool_workers[0] = workers  # before _pool: pool_size() reads them without the lock
+            _pool = ThreadPoolExecutor(max_workers=workers,
+                                       thread_name_prefix="vlm-fastpath-resize")
         return _pool
 
 
