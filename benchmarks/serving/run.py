@@ -11,10 +11,12 @@ rate for each image workload, stop the server by its process id, then print one 
 benchmarks/results/serving.{json,png}.
 
 Proof of what ran: every server gets benchmarks/serving/probe on PYTHONPATH (a sitecustomize
-that logs each image-processor call as ``VLMFP_PROBE ... proc=<class>``) and its log is
-checked: with the plugin, vlm_fastpath's INFO line must be there and (Kimi) only our processor
-may have run; without it, no vlm_fastpath line and only vLLM's processor. A pair that ran the
-same code fails the run (exit 3), after printing the table.
+that logs each image-processor call as ``VLMFP_PROBE ... proc=<class> ... via=<caller>``) and
+its log is checked: with the plugin, vlm_fastpath's INFO line must be there and only our
+processor may have served in the API server (Kimi: our FusedKimiProcessor; Qwen-VL: our
+FastQwen2VLImageProcessor behind the twin, transformers' only inside vlm_fastpath's one-time
+compatibility check); without it, no vlm_fastpath line and only the engine's processor. A
+pair that ran the same code fails the run (exit 3), after printing the table.
 
 Runs with the core .venv python (matplotlib for the plot); the servers and the bench client run
 in the serving environment (``--env``, built by ci/serving.mk).
@@ -43,19 +45,31 @@ PROBE_DIR = Path(__file__).resolve().parent / "probe"
 
 OURS = "vlm_fastpath.FusedKimiProcessor"
 VLLM_KIMI = "vllm.KimiK25FusedVisionProcessor"
+OURS_QWEN = "vlm_fastpath.FastQwen2VLImageProcessor"
 QWEN_PROC = "transformers.Qwen2VLImageProcessor"
 
-PROBE_RE = re.compile(r"VLMFP_PROBE pid=(\d+) proc=(\S+) items=(\d+) ms=([\d.]+) fastpath=(\S+)")
+PROBE_RE = re.compile(
+    r"VLMFP_PROBE pid=(\d+) proc=(\S+) items=(\d+) ms=([\d.]+) fastpath=(\S+)"
+    r"(?: patches=(\S+))?(?: dtype=(\S+))?(?: via=(\S+))?"
+)
+# ``via=check``: vlm_fastpath's one-time compatibility probe (small images through both the
+# engine's processor and ours before the twin is handed out), not a request's preprocessing.
+CHECK = "check"
 FASTPATH_RE = re.compile(r"vlm_fastpath \(pid (\d+)\): (.*)")
 
 
 @dataclass(frozen=True)
 class Workload:
     name: str
-    images: int
-    size: int
+    images: int  # per request
+    height: int
+    width: int
     prompts_c1: int
-    prompts_rate: int
+    prompts_rate: int  # 0: no rate run for this workload
+
+    @property
+    def pixels(self) -> int:
+        return self.images * self.height * self.width
 
 
 @dataclass(frozen=True)
@@ -66,13 +80,15 @@ class ModelSpec:
     workloads: tuple[Workload, ...]
     patched_proc: str | None  # processor vlm_fastpath substitutes (None: no patch for it)
     engine_proc: str  # processor vLLM runs on its own
+    warmup_prompts: int = 2  # per warm-up workload
+    warmup_first: bool = True  # warm up with the first workload too, not only the largest
 
 
 COMMON_SERVE = (
     "--enforce-eager", "--dtype", "bfloat16", "--max-num-seqs", "8",
 )
 
-# Request counts chosen so the whole A/B stays around 15 minutes on 2 cores (see README).
+# Request counts chosen so each model's A/B stays around 10 minutes on 2 cores (see README).
 MODELS = {
     "kimi": ModelSpec(
         key="kimi",
@@ -82,31 +98,35 @@ MODELS = {
             "--limit-mm-per-prompt", '{"vision_chunk": 4}',
         ),
         workloads=(
-            Workload("1x1024", 1, 1024, 8, 8),
-            Workload("1x2048", 1, 2048, 6, 6),
-            Workload("4x2048", 4, 2048, 6, 5),
+            Workload("1x1024", 1, 1024, 1024, 8, 8),
+            Workload("1x2048", 1, 2048, 2048, 6, 6),
+            Workload("4x2048", 4, 2048, 2048, 6, 5),
         ),
         patched_proc=OURS,
         engine_proc=VLLM_KIMI,
     ),
+    # Default max_pixels 12845056 (the real checkpoints'): a 4032x3024 photo keeps its size,
+    # 62208 patches = 15552 tokens; vLLM profiles with the largest image, 16384 tokens.
     "qwen": ModelSpec(
         key="qwen",
         checkpoint="qwen2.5-vl-tiny",
         serve_args=(
-            "--max-model-len", "8192",
-            "--limit-mm-per-prompt", '{"image": 4, "video": 0}',
+            "--max-model-len", "20480",
+            "--limit-mm-per-prompt", '{"image": 1, "video": 0}',
         ),
         workloads=(
-            Workload("1x1024", 1, 1024, 8, 8),
-            Workload("1x2048", 1, 2048, 6, 6),
+            Workload("1x2048", 1, 2048, 2048, 6, 4),
+            Workload("1x4032x3024", 1, 3024, 4032, 5, 0),
         ),
-        patched_proc=None,
+        patched_proc=OURS_QWEN,
         engine_proc=QWEN_PROC,
+        warmup_prompts=1,
+        warmup_first=False,
     ),
 }
 QUICK = {
-    "kimi": (Workload("1x1024", 1, 1024, 3, 3), Workload("4x2048", 4, 2048, 3, 3)),
-    "qwen": (Workload("1x1024", 1, 1024, 3, 3),),
+    "kimi": (Workload("1x1024", 1, 1024, 1024, 3, 3), Workload("4x2048", 4, 2048, 2048, 3, 3)),
+    "qwen": (Workload("1x2048", 1, 2048, 2048, 3, 3),),
 }
 
 MODES = ("with", "without")
@@ -230,7 +250,7 @@ def bench_cmd(env_dir: Path, server: Server, model_dir: Path, wl: Workload, *, p
         "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
         "--base-url", server.base_url, "--model", str(model_dir),
         "--dataset-name", "random-mm",
-        "--random-mm-bucket-config", f"{{({wl.size}, {wl.size}, 1): 1.0}}",
+        "--random-mm-bucket-config", f"{{({wl.height}, {wl.width}, 1): 1.0}}",
         "--random-mm-limit-mm-per-prompt", json.dumps({"image": wl.images, "video": 0}),
         "--random-mm-base-items-per-request", str(wl.images),
         "--random-mm-num-mm-items-range-ratio", "0",
@@ -280,8 +300,9 @@ def summarize(raw: dict) -> dict:
 def probe_calls(log_text: str) -> list[dict]:
     out = []
     for m in PROBE_RE.finditer(log_text):
+        patches = int(m[6]) if m[6] and m[6].isdigit() else None
         out.append({"pid": int(m[1]), "proc": m[2], "items": int(m[3]), "ms": float(m[4]),
-                    "fastpath": m[5]})
+                    "fastpath": m[5], "patches": patches, "dtype": m[7], "via": m[8] or "-"})
     return out
 
 
@@ -292,15 +313,27 @@ def log_size(path: Path) -> int:
         return 0
 
 
-def preproc_median(path: Path, offset: int) -> float | None:
-    """Median processor time per request in the API server, from probe lines after offset."""
+def preproc_per_request(path: Path, offset: int, requests: int) -> tuple[float | None, int]:
+    """Median image-processor time per request in the API server, and the number of calls.
+
+    From the probe lines after ``offset`` (one bench run), vlm_fastpath's compatibility probe
+    (``via=check``) left out. vLLM calls the processor once per request with all of its
+    images (cache misses only, and every image here is new), so calls == requests and each
+    call is one request; should a request ever take k calls, consecutive groups of k (log
+    order; exact at concurrency 1) are summed.
+    """
     with open(path, "rb") as handle:
         handle.seek(offset)
         text = handle.read().decode(errors="replace")
     with open(path, "rb") as handle:
         pid = api_server_pid(handle.read(200_000).decode(errors="replace"))
-    ms = sorted(c["ms"] for c in probe_calls(text) if pid is None or c["pid"] == pid)
-    return ms[len(ms) // 2] if ms else None
+    ms = [c["ms"] for c in probe_calls(text)
+          if (pid is None or c["pid"] == pid) and c["via"] != CHECK]
+    if not ms:
+        return None, 0
+    k = len(ms) // requests if requests and len(ms) % requests == 0 else 1
+    per = sorted(sum(ms[i:i + k]) for i in range(0, len(ms), k))
+    return per[len(per) // 2], len(ms)
 
 
 def api_server_pid(log_text: str) -> int | None:
@@ -313,13 +346,21 @@ def check_proof(spec: ModelSpec, mode: str, log_text: str, requests: int, images
     fastpath_lines = [m[2] for m in FASTPATH_RE.finditer(log_text)]
     calls = probe_calls(log_text)
     api_pid = api_server_pid(log_text)
-    served = [c for c in calls if c["pid"] == api_pid] if api_pid else calls
+    in_api = [c for c in calls if c["pid"] == api_pid] if api_pid else calls
+    # vlm_fastpath's own compatibility probe runs the engine's processor on small images
+    # once; it is counted apart, never as the engine's processor serving requests.
+    served = [c for c in in_api if c["via"] != CHECK]
+    checks = [c for c in in_api if c["via"] == CHECK]
     by_proc: dict[str, dict] = {}
     for c in served:
-        entry = by_proc.setdefault(c["proc"], {"calls": 0, "items": 0, "ms": []})
+        entry = by_proc.setdefault(c["proc"], {"calls": 0, "items": 0, "ms": [], "via": set(),
+                                               "dtype": set(), "max_patches": 0})
         entry["calls"] += 1
         entry["items"] += c["items"]
         entry["ms"].append(c["ms"])
+        entry["via"].add(c["via"])
+        entry["dtype"].add(c["dtype"] or "?")
+        entry["max_patches"] = max(entry["max_patches"], c["patches"] or 0)
     problems = []
     applied = sorted({name.strip() for line in fastpath_lines if "applied:" in line
                       for name in line.split("applied:")[1].split(";")[0].split(",")})
@@ -339,10 +380,16 @@ def check_proof(spec: ModelSpec, mode: str, log_text: str, requests: int, images
     if forbidden and forbidden in by_proc:
         problems.append(f"{forbidden} ran {by_proc[forbidden]['calls']} times in the API server")
     per_call = {k: {"calls": v["calls"], "items": v["items"],
-                    "median_ms": sorted(v["ms"])[len(v["ms"]) // 2] if v["ms"] else None}
+                    "median_ms": sorted(v["ms"])[len(v["ms"]) // 2] if v["ms"] else None,
+                    "via": ",".join(sorted(v["via"])), "dtype": ",".join(sorted(v["dtype"])),
+                    "max_patches": v["max_patches"]}
                 for k, v in by_proc.items()}
+    compat = {}
+    for c in checks:
+        compat[c["proc"]] = compat.get(c["proc"], 0) + 1
     return {"api_server_pid": api_pid, "fastpath_log": fastpath_lines, "applied": applied,
-            "processors": per_call, "expected": expected, "problems": problems}
+            "processors": per_call, "compat_check_calls": compat, "expected": expected,
+            "problems": problems}
 
 
 # -- one model -------------------------------------------------------------------------------
@@ -366,16 +413,23 @@ def run_model(args: argparse.Namespace, spec: ModelSpec, model_dir: Path,
                 log(f"  server failed to start: {exc}; last log lines:\n{server.tail()}")
                 raise
             log(f"  healthy after {startup:.1f} s; warm-up")
-            biggest = max(workloads, key=lambda w: w.images * w.size * w.size)
+            biggest = max(workloads, key=lambda w: w.pixels)
             warm = CACHE / "results" / f"{tag}-warmup.json"
-            for wl in {biggest, workloads[0]}:
-                run_bench(bench_cmd(args.env, server, model_dir, wl, prompts=2, concurrency=1,
-                                    rate=None, seed=9000 + wl.size, result=warm),
-                          client_log, args.bench_timeout)
-                requests, images = requests + 2, images + 2 * wl.images
+            for wl in dict.fromkeys((biggest, workloads[0]) if spec.warmup_first else (biggest,)):
+                t0 = time.monotonic()
+                n = spec.warmup_prompts
+                raw = run_bench(bench_cmd(args.env, server, model_dir, wl, prompts=n,
+                                          concurrency=1, rate=None, seed=9000 + wl.height,
+                                          result=warm),
+                                client_log, args.bench_timeout)
+                requests, images = requests + n, images + n * wl.images
+                log(f"    warm-up {wl.name}: {n} request(s), median TTFT "
+                    f"{raw.get('median_ttft_ms') or 0:.0f} ms ({time.monotonic() - t0:.0f} s)")
             for i, wl in enumerate(workloads):
                 for kind in ("c1", "rate"):
                     prompts = wl.prompts_c1 if kind == "c1" else wl.prompts_rate
+                    if prompts <= 0:
+                        continue
                     rate = None if kind == "c1" else args.rate
                     conc = 1 if kind == "c1" else args.rate_max_concurrency
                     label = "concurrency 1" if kind == "c1" else f"rate {args.rate} req/s"
@@ -387,15 +441,17 @@ def run_model(args: argparse.Namespace, spec: ModelSpec, model_dir: Path,
                     raw = run_bench(bench_cmd(args.env, server, model_dir, wl, prompts=prompts,
                                               concurrency=conc, rate=rate, seed=seed, result=out),
                                     client_log, args.bench_timeout)
+                    time.sleep(0.5)  # the last probe lines reach the log
                     s = summarize(raw)
-                    s["preproc_median_ms"] = preproc_median(log_path, mark)
+                    s["preproc_median_ms"], s["preproc_calls"] = preproc_per_request(
+                        log_path, mark, prompts)
                     requests += prompts
                     images += prompts * wl.images
                     pre = s["preproc_median_ms"]
-                    log(f"    median TTFT {s['ttft_median_ms']:.0f} ms, "
-                        f"{s['req_per_s']:.3f} req/s, image preprocessing "
-                        f"{'-' if pre is None else f'{pre:.0f}'} ms/request "
-                        f"({time.monotonic() - t0:.0f} s)")
+                    log(f"    median TTFT {s['ttft_median_ms']:.0f} ms, p90 "
+                        f"{s['ttft_p90_ms']:.0f} ms, {s['req_per_s']:.3f} req/s, image "
+                        f"preprocessing {'-' if pre is None else f'{pre:.0f}'} ms/request "
+                        f"({s['preproc_calls']} calls; {time.monotonic() - t0:.0f} s)")
                     rows.append({"model": spec.key, "mode": mode, "workload": wl.name,
                                  "load": kind, "label": label, **s})
         finally:
@@ -407,6 +463,7 @@ def run_model(args: argparse.Namespace, spec: ModelSpec, model_dir: Path,
                 row["proof"] = proof
         status = "OK" if not proof["problems"] else "FAILED: " + "; ".join(proof["problems"])
         log(f"  proof ({mode}): processors {proof['processors']}; "
+            f"vlm_fastpath compatibility probe calls {proof['compat_check_calls'] or '-'}; "
             f"applied {proof['applied'] or '-'}; {status}")
     return rows
 
@@ -426,7 +483,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def table(pairs: list[dict]) -> str:
-    head = (f"{'model':<5} {'images':<7} {'load':<16} "
+    head = (f"{'model':<5} {'images':<11} {'load':<16} "
             f"{'TTFT p50 with/without (ms)':>27} {'x':>5}  "
             f"{'p90 with/without':>17} {'p99 with/without':>17}  "
             f"{'req/s with/without':>19} {'x':>5}  {'preproc ms with/without':>23}")
@@ -436,7 +493,7 @@ def table(pairs: list[dict]) -> str:
         r50 = ratio(w["ttft_median_ms"], wo["ttft_median_ms"])
         rq = ratio(wo["req_per_s"], w["req_per_s"])
         lines.append(
-            f"{p['model']:<5} {p['workload']:<7} {p['load']:<16} "
+            f"{p['model']:<5} {p['workload']:<11} {p['load']:<16} "
             f"{w['ttft_median_ms']:>12.0f} / {wo['ttft_median_ms']:>12.0f} {r50 or 0:>5.2f}  "
             f"{w['ttft_p90_ms']:>7.0f} / {wo['ttft_p90_ms']:>7.0f} "
             f"{w['ttft_p99_ms']:>7.0f} / {wo['ttft_p99_ms']:>7.0f}  "

@@ -5,9 +5,21 @@ imports it at start-up in the API server, EngineCore and workers. It installs a 
 hook (independent of vlm_fastpath, which is the code under test) and wraps ``preprocess`` of
 the known Kimi/Qwen image processors. Every call prints one line to stderr::
 
-    VLMFP_PROBE pid=123 proc=vlm_fastpath.FusedKimiProcessor items=4 ms=212.3 fastpath=<patches>
+    VLMFP_PROBE pid=123 proc=vlm_fastpath.FusedKimiProcessor items=4 ms=212.3 fastpath=<patches> \
+        patches=16900 dtype=float32 via=-
 
-``fastpath`` lists the vlm_fastpath patches applied in that process ("-" if none / disabled).
+``fastpath`` lists the vlm_fastpath patches applied in that process ("-" if none / disabled),
+``patches`` and ``dtype`` the rows and dtype of the returned ``pixel_values`` ("?" if none;
+uint8 where vLLM normalizes on the device, ``mm_device_do_normalize``), ``via`` who called:
+``check`` inside vlm_fastpath's ``check_compatible`` (its one-time probe images through both
+processors, not a request), ``twin`` inside the Qwen twin's ``preprocess`` (vlm_fastpath's
+image processor handed to vLLM: ours normally, transformers' when the twin hands a call back),
+``-`` otherwise (the engine called the processor itself).
+
+vlm_fastpath's Qwen twin is a subclass of transformers' ``Qwen2VLImageProcessor`` whose
+``preprocess`` calls ``FastQwen2VLImageProcessor.preprocess``; both are wrapped, so the line
+names the code that produced the pixels. The wrappers keep ``__module__`` (functools.wraps):
+vlm_fastpath stands aside when transformers' pixel methods come from another module.
 It changes no behaviour, imports nothing heavy, and never raises into the host process.
 """
 
@@ -28,9 +40,20 @@ TARGETS = {
     "vllm.transformers_utils.processors.kimi_k25_vision_fused": (
         ("KimiK25FusedVisionProcessor", "vllm.KimiK25FusedVisionProcessor"),
     ),
+    "vlm_fastpath.qwen_integration.processor": (
+        ("FastQwen2VLImageProcessor", "vlm_fastpath.FastQwen2VLImageProcessor"),
+    ),
     "transformers.models.qwen2_vl.image_processing_qwen2_vl": (
         ("Qwen2VLImageProcessor", "transformers.Qwen2VLImageProcessor"),
     ),
+    "transformers.models.qwen2_vl.image_processing_pil_qwen2_vl": (
+        ("Qwen2VLImageProcessorPil", "transformers.Qwen2VLImageProcessorPil"),
+    ),
+}
+# Callers recognised on the stack: (module, function) -> the ``via`` value.
+CALLERS = {
+    ("vlm_fastpath.qwen_integration.compat", "check_compatible"): "check",
+    ("vlm_fastpath.patches.vllm.qwen_vl_processor.adapter", "preprocess"): "twin",
 }
 _busy = threading.local()
 
@@ -54,6 +77,28 @@ def _count_items(args: tuple, kwargs: dict) -> int:
     return 0 if medias is None else 1
 
 
+def _patches(result) -> str:
+    """``<rows>`` of the returned pixel_values and their dtype, e.g. ``62208 dtype=uint8``."""
+    try:
+        pixels = result["pixel_values"]
+        return f"{int(pixels.shape[0])} dtype={str(pixels.dtype).replace('torch.', '')}"
+    except Exception:  # noqa: BLE001
+        return "? dtype=?"
+
+
+def _via() -> str:
+    try:
+        frame = sys._getframe(2)
+        while frame is not None:
+            via = CALLERS.get((frame.f_globals.get("__name__"), frame.f_code.co_name))
+            if via is not None:
+                return via
+            frame = frame.f_back
+    except Exception:  # noqa: BLE001
+        return "?"
+    return "-"
+
+
 def _wrap(cls: type, tag: str) -> None:
     original = cls.__dict__.get("preprocess") or getattr(cls, "preprocess", None)
     if original is None or getattr(original, "_vlmfp_probe", False):
@@ -62,14 +107,17 @@ def _wrap(cls: type, tag: str) -> None:
     @functools.wraps(original)
     def preprocess(self, *args, **kwargs):
         start = time.perf_counter()
+        result = None
         try:
-            return original(self, *args, **kwargs)
+            result = original(self, *args, **kwargs)
+            return result
         finally:
             ms = (time.perf_counter() - start) * 1e3
             try:
                 sys.stderr.write(
                     f"VLMFP_PROBE pid={os.getpid()} proc={tag} items={_count_items(args, kwargs)}"
-                    f" ms={ms:.1f} fastpath={_applied_patches()}\n"
+                    f" ms={ms:.1f} fastpath={_applied_patches()} patches={_patches(result)}"
+                    f" via={_via()}\n"
                 )
                 sys.stderr.flush()
             except Exception:  # noqa: BLE001
