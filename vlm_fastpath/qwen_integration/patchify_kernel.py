@@ -70,6 +70,19 @@ def _launched_unsafe_in_parent() -> bool:
     )
 
 
+def kernel_source(frame: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``(src, planar)`` for the kernel without copying when the layout allows: interleaved
+    HWC bytes as ``[1, H, W*3]``, or channel planes (torch's resize returns CHW memory behind
+    its HWC view) as ``[3, H, W]``; any other strides are copied to HWC once."""
+    height, width = frame.shape[0], frame.shape[1]
+    if frame.flags.c_contiguous:
+        return frame.reshape(1, height, width * 3), False
+    planes = frame.transpose(2, 0, 1)
+    if planes.flags.c_contiguous:
+        return planes, True
+    return np.ascontiguousarray(frame).reshape(1, height, width * 3), False
+
+
 def patchify_frame(
     frame: np.ndarray,
     lut: np.ndarray,
@@ -101,19 +114,19 @@ def patchify_frame(
         return
     if not out.flags.c_contiguous:
         raise ValueError("out must be C-contiguous")
-    frame = np.ascontiguousarray(frame).reshape(frame.shape[0], frame.shape[1] * 3)
+    src, planar = kernel_source(frame)
     if not parallel:
         assert _KERNELS.serial is not None
-        _KERNELS.serial(frame, lut, out, grid_w, p, m, t)
+        _KERNELS.serial(src, planar, lut, out, grid_w, p, m, t)
         return
     with _kimi_kernel._KERNELS.lock:  # the process-wide numba launch lock (shared with Kimi)
         if _launched_unsafe_in_parent():
             assert _KERNELS.serial is not None
-            _KERNELS.serial(frame, lut, out, grid_w, p, m, t)
+            _KERNELS.serial(src, planar, lut, out, grid_w, p, m, t)
             return
         if _KERNELS.launch_pid is None and _kimi_kernel._KERNELS.launch_pid is None:
             _kimi_kernel._choose_layer()
-        _KERNELS.parallel(frame, lut, out, grid_w, p, m, t)
+        _KERNELS.parallel(src, planar, lut, out, grid_w, p, m, t)
         if _KERNELS.launch_pid is None:
             import numba
 
