@@ -51,11 +51,23 @@ test-core: venv
 	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/engines
 
 # One suite per pinned engine release, each in its cached env (matrix: ci/README.md).
+# Each suite keeps about one core busy (imports, one pytest process), so SUITE_JOBS of them run
+# at once: the vLLM suites in one lane, the SGLang suites then the serving smoke in the other,
+# each suite's output printed whole when it ends (-Otarget). Then the sweep, whose releases run
+# as many at once as there are cores.
+SUITE_JOBS ?= 2
 test-engines: venv
-	$(MAKE) --no-print-directory -f ci/engines.mk test-engines
-	$(MAKE) --no-print-directory -f ci/sglang.mk test-sglang
-	$(MAKE) --no-print-directory -f ci/serving.mk test-e2e-smoke
+	$(MAKE) --no-print-directory -j$(SUITE_JOBS) -Otarget engine-suites
 	$(MAKE) --no-print-directory -f ci/sweep.mk sweep
+
+.PHONY: engine-suites suites-vllm suites-sglang suite-smoke
+engine-suites: suites-vllm suites-sglang suite-smoke
+suites-vllm:
+	@$(MAKE) --no-print-directory -f ci/engines.mk test-engines
+suites-sglang:
+	@$(MAKE) --no-print-directory -f ci/sglang.mk test-sglang
+suite-smoke: suites-sglang
+	@$(MAKE) --no-print-directory -f ci/serving.mk test-e2e-smoke
 
 # End-to-end serving A/B (vLLM on CPU with and without the plugin): see ci/serving/README.md.
 e2e: venv
