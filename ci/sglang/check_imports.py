@@ -18,13 +18,19 @@ MODULES = (
     "sglang.srt.models.kimi_k25",
 )
 
-failed = []
-for name in MODULES:
-    try:
-        importlib.import_module(name)
-    except Exception as exc:  # noqa: BLE001
-        failed.append(f"{name}: {type(exc).__name__}: {exc}")
-if failed:
-    print("sglang env: import failures\n  " + "\n  ".join(failed))
-    sys.exit(1)
-print(f"sglang env: {len(MODULES)} modules import")
+def main() -> int:
+    failed = []
+    for name in MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001
+            failed.append(f"{name}: {type(exc).__name__}: {exc}")
+    if failed:
+        print("sglang env: import failures\n  " + "\n  ".join(failed))
+        return 1
+    print(f"sglang env: {len(MODULES)} modules import")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

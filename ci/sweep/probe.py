@@ -177,9 +177,8 @@ def import_check(engine: str) -> dict[str, Any]:
     try:
         with contextlib.redirect_stdout(printed):
             namespace = runpy.run_path(str(ROOT / script), run_name="__vlm_import_check__")
-            if "main" in namespace:  # ci/engines/check_imports.py: main(engine) -> rc
-                code = namespace["main"](*args)
-    except SystemExit as exc:  # ci/sglang/check_imports.py exits at import
+            code = namespace["main"](*args)  # each check script's main(...) -> rc
+    except SystemExit as exc:
         code = exc.code
     except Exception:  # noqa: BLE001 - a broken check script is this release's failure too
         code, printed = 1, io.StringIO(traceback.format_exc())

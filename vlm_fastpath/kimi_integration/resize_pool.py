@@ -21,8 +21,8 @@ THREADS_ENV = "VLM_FASTPATH_RESIZE_THREADS"
 MAX_DEFAULT_THREADS = 8  # beyond this, memory bandwidth (not cores) bounds one call
 
 _lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_pool_workers = [0]  # the created pool's worker count
+# (pool, its worker count), set as one object so pool_size() can read it without the lock
+_pool: tuple[ThreadPoolExecutor, int] | None = None
 
 
 def _affinity_cpus() -> int:
@@ -100,8 +100,8 @@ def default_workers() -> int:
 def pool_size() -> int:
     """Worker count of the pool: the created pool's own (no cgroup files read per call, and
     the number the pool really has), else what it would be created with."""
-    pool = _pool
-    return _pool_workers[0] if pool is not None else default_workers()
+    created = _pool
+    return created[1] if created is not None else default_workers()
 
 
 def get_pool() -> ThreadPoolExecutor:
@@ -109,10 +109,9 @@ def get_pool() -> ThreadPoolExecutor:
     with _lock:
         if _pool is None:
             workers = default_workers()
-            _pool_workers[0] = workers  # before _pool: pool_size() reads them without the lock
-            _pool = ThreadPoolExecutor(max_workers=workers,
-                                       thread_name_prefix="vlm-fastpath-resize")
-        return _pool
+            _pool = (ThreadPoolExecutor(max_workers=workers,
+                                        thread_name_prefix="vlm-fastpath-resize"), workers)
+        return _pool[0]
 
 
 def _forget_after_fork() -> None:

@@ -269,8 +269,6 @@ def test_uint8_without_table_is_refused(patched, kimi_module):
 
 
 def test_init_wrapper_attaches_the_table(patched, kimi_module, model_dir):
-    import inspect
-
     cls = kimi_module.KimiK25ForConditionalGeneration
     init = cls.__dict__["__init__"]
     assert list(inspect.signature(init).parameters)[:3] == ["self", "vllm_config", "prefix"]
