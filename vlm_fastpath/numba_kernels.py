@@ -31,6 +31,7 @@ class LazyKernels:
         self.loaded = False
         self.parallel: Callable[..., None] | None = None
         self.serial: Callable[..., None] | None = None
+        self.compiled: Any = None  # the module, for its other kernels (``kernel``)
         self.launch_pid: int | None = None
         self.launch_layer: str | None = None
         self.numba_error: str | None = None
@@ -56,8 +57,14 @@ class LazyKernels:
             logger.warning("vlm_fastpath: %s; using the slower numpy %s (same output)",
                            self.numba_error, self.label)
             return
+        self.compiled = compiled
         self.parallel = compiled.patchify_parallel
         self.serial = compiled.patchify_serial
+
+    def kernel(self, name: str) -> Callable[..., None] | None:
+        """Another kernel of the module (None where numba is off or missing)."""
+        self.load()
+        return getattr(self.compiled, name) if self.compiled is not None else None
 
     def available(self) -> bool:
         """True when the compiled kernels will be used."""

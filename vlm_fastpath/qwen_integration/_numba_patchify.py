@@ -14,28 +14,16 @@ _THREE = np.uint64(3)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _fill_patch(src, planar, lut, flat, idx, grid_w, p, m, t):  # noqa: ANN001
-    """Output row ``idx`` (the flat output's ``[idx * 3*t*p*p, ...)``) from ``src``: the frame
-    as uint8 ``[3, H, W]`` planes when ``planar`` (what torch's resize returns), else as
-    ``[1, H, W*3]`` interleaved rows. Written in memory order, channel by channel: one
-    sequential stream of stores per patch, then the temporal copies as block copies. Indices
-    are np.uint64 (numba then skips its negative-index test; every constant in them is
-    np.uint64 too, as mixing signed and unsigned makes numba compute in float64); each layout
-    has its own loop, so the read stride is a constant. Measured 2.3x the previous per-line,
-    channel-interleaved writes on one thread (2044², float32 and uint8)."""
-    # idx is the output row in merge order: (block row, block col, row in block, col in block).
-    blocks_w = grid_w // m
-    per_block = m * m
-    blk = idx // per_block
-    within = idx - blk * per_block
-    by = blk // blocks_w
-    bx = blk - by * blocks_w
-    my = within // m
-    mx = within - my * m
-    y0 = (by * m + my) * p
-    x0 = (bx * m + mx) * p
+def _write_patch(src, planar, lut, flat, o, y0, x0, p, t):  # noqa: ANN001
+    """One output row at flat offset ``o``: the patch whose top-left sample is (y0, x0) of
+    ``src``, the frame as uint8 ``[3, H, W]`` planes when ``planar`` (what torch's resize
+    returns), else as ``[1, H, W*3]`` interleaved rows. Written in memory order, channel by
+    channel: one sequential stream of stores per patch, then the temporal copies as block
+    copies. Indices are np.uint64 (numba then skips its negative-index test; every constant in
+    them is np.uint64 too, as mixing signed and unsigned makes numba compute in float64); each
+    layout has its own loop, so the read stride is a constant. Measured 2.3x the previous
+    per-line, channel-interleaved writes on one thread (2044², float32 and uint8)."""
     plane = np.uint64(p * p)
-    o = np.uint64(idx * 3 * t * p * p)
     for c in range(3):
         table = lut[c]
         first = o
@@ -62,6 +50,31 @@ def _fill_patch(src, planar, lut, flat, idx, grid_w, p, m, t):  # noqa: ANN001
                 j += _ONE
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _row_of(gy, gx, grid_w, m):  # noqa: ANN001
+    """The output row of patch (gy, gx) in merge order: (block row, block column, row in
+    block, column in block)."""
+    by = gy // m
+    bx = gx // m
+    return (by * (grid_w // m) + bx) * (m * m) + (gy - by * m) * m + (gx - bx * m)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fill_patch(src, planar, lut, flat, idx, grid_w, p, m, t):  # noqa: ANN001
+    """Output row ``idx`` (merge order) from the resized frame ``src``."""
+    blocks_w = grid_w // m
+    per_block = m * m
+    blk = idx // per_block
+    within = idx - blk * per_block
+    by = blk // blocks_w
+    bx = blk - by * blocks_w
+    my = within // m
+    mx = within - my * m
+    y0 = (by * m + my) * p
+    x0 = (bx * m + mx) * p
+    _write_patch(src, planar, lut, flat, np.uint64(idx * 3 * t * p * p), y0, x0, p, t)
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def patchify_parallel(src, planar, lut, out, grid_w, p, m, t):  # noqa: ANN001
     """Every patch of one frame (``src``/``planar``: see :func:`_fill_patch`), spread over
@@ -78,3 +91,64 @@ def patchify_serial(src, planar, lut, out, grid_w, p, m, t):  # noqa: ANN001
     flat = out.reshape(out.size)
     for idx in range(out.shape[0]):
         _fill_patch(src, planar, lut, flat, idx, grid_w, p, m, t)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, planar, lut,
+                        flat, gy, grid_w, p, m, t):  # noqa: ANN001
+    """Patch row ``gy``: torch's vertical uint8 pass for its ``p`` output rows from the
+    horizontally resized frame, held as row bands (``bands[b]`` holds rows ``band_starts[b]``
+    up to ``band_starts[b + 1]``; layouts as :func:`_write_patch`), into a small row buffer,
+    then its ``grid_w`` patches. Per output row and plane, the taps run as whole-row
+    multiply-adds in int32 (vectorized by LLVM), torch's own arithmetic: the sum plus half an
+    LSB, shifted right by ``precision``, clamped to 0..255."""
+    planes = bands[0].shape[0]
+    length = bands[0].shape[2]
+    buf = np.empty((planes, p, length), dtype=np.uint8)
+    acc = np.empty(length, dtype=np.int32)
+    half = np.int32(1 << (precision - 1))
+    for r in range(p):
+        y = gy * p + r
+        first = starts[y]
+        for c in range(planes):
+            acc[:] = half
+            for k in range(sizes[y]):
+                w = np.int32(weights[y, k])
+                row_in = first + k
+                b = 0
+                while row_in >= band_starts[b + 1]:
+                    b += 1
+                line = bands[b][c, row_in - band_starts[b]]
+                for x in range(length):
+                    acc[x] += w * np.int32(line[x])
+            row = buf[c, r]
+            for x in range(length):
+                v = acc[x] >> precision
+                row[x] = 0 if v < 0 else (255 if v > 255 else v)
+    per_patch = 3 * t * p * p
+    for gx in range(grid_w):
+        o = np.uint64(_row_of(gy, gx, grid_w, m) * per_patch)
+        _write_patch(buf, planar, lut, flat, o, 0, gx * p, p, t)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def vertical_patchify_parallel(bands, band_starts, starts, sizes, weights, precision, planar,
+                               lut, out, grid_w, p, m, t):  # noqa: ANN001
+    """The vertical pass fused with patchify, one patch row per iteration over numba's
+    threads (one image: all cores)."""
+    flat = out.reshape(out.size)
+    grid_h = out.shape[0] // grid_w
+    for gy in prange(grid_h):
+        _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, planar, lut,
+                            flat, gy, grid_w, p, m, t)
+
+
+@njit(cache=True, nogil=True)
+def vertical_patchify_serial(bands, band_starts, starts, sizes, weights, precision, planar,
+                             lut, out, grid_w, p, m, t):  # noqa: ANN001
+    """The same on the calling thread, GIL released (a thread pool runs many frames)."""
+    flat = out.reshape(out.size)
+    grid_h = out.shape[0] // grid_w
+    for gy in range(grid_h):
+        _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, planar, lut,
+                            flat, gy, grid_w, p, m, t)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from concurrent.futures import Future, as_completed
+from concurrent.futures import Executor, Future, as_completed
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,9 +30,10 @@ from .config import PIL, TORCHVISION, QwenImageConfig
 from .errors import QwenConfigError, QwenInputError
 from .image_input import flatten_images, image_size, to_rgb
 from .normalize_lut import build_lut
-from .patchify_kernel import patchify_frame
+from .patchify_kernel import patchify_frame, vertical_kernels_available, vertical_patchify_frame
 from .resize import KernelPillowResizer, Resizer, TorchResizer
 from .smart_resize import smart_resize
+from .torch_taps import AxisTaps, axis_taps
 
 # Per-call keys that change nothing in our output (or are transformers plumbing).
 _IGNORED_KWARGS = frozenset(
@@ -87,6 +88,9 @@ class FastQwen2VLImageProcessor:
                 config = config.with_overrides(kwargs)
         self.config = config
         self._resizer = resizer if resizer is not None else _default_resizer(config.mode)
+        # torch's resize: its horizontal pass here, the vertical pass fused with the patch
+        # kernel (``_stage``); False runs torch's whole resize then the patch kernel.
+        self.fuse_vertical_pass = isinstance(self._resizer, TorchResizer)
         self._luts: dict[tuple[Any, ...], np.ndarray] = {}
 
     # -- construction ----------------------------------------------------------------------
@@ -293,8 +297,8 @@ class FastQwen2VLImageProcessor:
         workers = pool_size()
         if len(jobs) == 1:
             image, plan, dest = jobs[0]
-            frame = self._resizer(image, plan.height, plan.width)
-            _patchify(frame, plan, dest, lut, config)
+            _patchify(self._stage(image, plan, get_pool() if workers > 1 else None), plan,
+                      dest, lut, config)
             return
         pool = get_pool()
         if len(jobs) >= workers:
@@ -303,9 +307,8 @@ class FastQwen2VLImageProcessor:
             futures = [pool.submit(self._resize_and_patchify, *job, lut, config) for job in jobs]
             _wait_all(futures)
             return
-        pending: dict[Future[np.ndarray], tuple[_Plan, np.ndarray]] = {
-            pool.submit(self._resizer, image, plan.height, plan.width): (plan, dest)
-            for image, plan, dest in jobs
+        pending: dict[Future[_Staged], tuple[_Plan, np.ndarray]] = {
+            pool.submit(self._stage, image, plan): (plan, dest) for image, plan, dest in jobs
         }
         try:
             for future in as_completed(list(pending)):
@@ -323,8 +326,22 @@ class FastQwen2VLImageProcessor:
         lut: np.ndarray,
         config: QwenImageConfig,
     ) -> None:
-        frame = self._resizer(image, plan.height, plan.width)
-        _patchify(frame, plan, dest, lut, config, parallel=False)
+        _patchify(self._stage(image, plan), plan, dest, lut, config, parallel=False)
+
+    def _stage(
+        self, image: Image.Image | np.ndarray, plan: _Plan, pool: Executor | None = None
+    ) -> _Staged:
+        """What runs before the patch kernel: the whole resize, or (torch's resize, numba on,
+        the height changes) its horizontal pass only, in row bands on ``pool`` if given, with
+        the vertical pass's taps."""
+        if self.fuse_vertical_pass and vertical_kernels_available():
+            src = np.asarray(image)
+            if src.shape[0] != plan.height:
+                bands = HORIZONTAL_BANDS if src.shape[0] >= HORIZONTAL_BANDS * 16 else 1
+                half = self._resizer.horizontal(  # type: ignore[attr-defined]
+                    src, plan.width, bands, pool)
+                return half, axis_taps(src.shape[0], plan.height)
+        return [self._resizer(image, plan.height, plan.width)], None
 
 
 def _default_resizer(mode: str) -> Resizer:
@@ -335,18 +352,30 @@ def _default_resizer(mode: str) -> Resizer:
     raise QwenConfigError(f"unknown mode {mode!r}")
 
 
+# [the resized frame] and None, or the frame resized to its final width (row bands, top to
+# bottom) and the vertical taps
+_Staged = tuple[list[np.ndarray], AxisTaps | None]
+# Row bands of torch's horizontal pass: smaller calls run faster (their buffers stay in cache)
+# and spread over the resize pool's threads for one image.
+HORIZONTAL_BANDS = 4
+
+
 def _patchify(
-    frame: np.ndarray | Image.Image,
+    staged: _Staged,
     plan: _Plan,
     dest: np.ndarray,
     lut: np.ndarray,
     config: QwenImageConfig,
     parallel: bool = True,
 ) -> None:
-    array = np.asarray(frame)
-    patchify_frame(
-        array, lut, dest, plan.grid_h, plan.grid_w, config.patch_size, config.merge_size,
-        config.temporal_patch_size, parallel=parallel,
+    frames, taps = staged
+    kernel = (patchify_frame if taps is None
+              else functools.partial(vertical_patchify_frame, taps=taps))
+    kernel(
+        np.asarray(frames[0]) if taps is None else frames, lut=lut, out=dest,
+        grid_h=plan.grid_h, grid_w=plan.grid_w,
+        patch_size=config.patch_size, merge_size=config.merge_size,
+        temporal_patch_size=config.temporal_patch_size, parallel=parallel,
     )
 
 
