@@ -335,12 +335,13 @@ class FastQwen2VLImageProcessor:
         the height changes) its horizontal pass only, in row bands on ``pool`` if given, with
         the vertical pass's taps."""
         if self.fuse_vertical_pass and vertical_kernels_available():
-            src = np.asarray(image)
-            if src.shape[0] != plan.height:
-                bands = HORIZONTAL_BANDS if src.shape[0] >= HORIZONTAL_BANDS * 16 else 1
+            # once: a PIL image's pixels are copied out on every np.asarray (76 ms at 4032x3024)
+            image = np.asarray(image)
+            if image.shape[0] != plan.height:
+                bands = HORIZONTAL_BANDS if image.shape[0] >= HORIZONTAL_BANDS * 16 else 1
                 half = self._resizer.horizontal(  # type: ignore[attr-defined]
-                    src, plan.width, bands, pool)
-                return half, axis_taps(src.shape[0], plan.height)
+                    image, plan.width, bands, pool)
+                return half, axis_taps(image.shape[0], plan.height)
         return [self._resizer(image, plan.height, plan.width)], None
 
 
