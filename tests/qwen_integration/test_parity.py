@@ -189,6 +189,25 @@ def test_mixed_batches(pairs, mode):
     run_both(hf, fast, images * 3)
 
 
+def test_pil_images_in_one_or_many_blocks(pairs, mode):
+    """PIL images are read as Pillow's RGBX bytes, in place (one Pillow block) or copied by
+    Pillow (many: a large photo under the default 16 MiB blocks, forced here with 4 KiB
+    blocks): not resized, resized, only the height resized, 1x1, alone and batched."""
+    hf, fast = pairs[(mode, "qwen2.5-vl")]
+    block_size = Image.core.get_block_size()
+    for block in (block_size, 4096):
+        Image.core.set_block_size(block)
+        try:
+            images = [rand_image(7, 56, 84), rand_image(8, 300, 200), rand_image(9, 560, 85),
+                      rand_image(10, 1, 1)]
+        finally:
+            Image.core.set_block_size(block_size)
+        for image in images:
+            run_both(hf, fast, [image])
+            run_both(hf, fast, [image], **UINT8)
+        run_both(hf, fast, images)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("size", [(1024, 1024), (2048, 2048), (4032, 3024), (1280, 960)])
 def test_benchmark_sizes(pairs, mode, size):

@@ -35,8 +35,8 @@ from .errors import KimiInputError
 from .image_input import _unwrap, check_pixel_count, to_rgb_image
 from .navit_resize import ResizePlan
 from .normalize_lut import identity_lut
-from .pillow_arrow import rgbx_view
 from .pillow_coeffs import pillow_coefficients, pillow_version, vertical_first
+from .pillow_pixels import rgbx_copy, rgbx_view
 from .resize_pool import THREADS_ENV, default_workers
 
 logger = logging.getLogger(__name__)
@@ -173,8 +173,9 @@ def frame_pixels(frame: Any) -> tuple[np.ndarray, int, Any]:
     supported input, as ``convert("RGB")`` makes them.
 
     A uint8 HxWx3 array is used as it is (no PIL round trip); an RGB image is read in place
-    when Pillow can export its memory (RGBX, ``cs`` = 4); everything else is converted with
-    :func:`.image_input.to_rgb_image` and copied.
+    when Pillow can export its memory, else copied by Pillow (both RGBX, ``cs`` = 4:
+    :mod:`.pillow_pixels`); everything else is converted with
+    :func:`.image_input.to_rgb_image` first.
     """
     obj = _unwrap(frame)
     if isinstance(obj, np.ndarray) and obj.dtype == np.uint8 and obj.ndim == 3:
@@ -186,6 +187,9 @@ def frame_pixels(frame: Any) -> tuple[np.ndarray, int, Any]:
         view = rgbx_view(image)
         if view is not None:
             return view[0], 4, view[1]
+        copied = rgbx_copy(image)
+        if copied is not None:
+            return copied, 4, None
         array = np.asarray(image)
     except OSError as exc:  # truncated or corrupt encoded data surfaces at load time
         raise KimiInputError(f"cannot decode image: {exc}") from exc

@@ -10,20 +10,21 @@ import numpy as np
 from numba import njit, prange
 
 _ONE = np.uint64(1)
-_THREE = np.uint64(3)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _write_patch(src, planar, lut, flat, o, y0, x0, p, t):  # noqa: ANN001
+def _write_patch(src, planar, cs, lut, flat, o, y0, x0, p, t):  # noqa: ANN001
     """One output row at flat offset ``o``: the patch whose top-left sample is (y0, x0) of
     ``src``, the frame as uint8 ``[3, H, W]`` planes when ``planar`` (what torch's resize
-    returns), else as ``[1, H, W*3]`` interleaved rows. Written in memory order, channel by
+    returns), else as ``[1, H, W*cs]`` interleaved rows of ``cs`` bytes a pixel (RGB, or
+    Pillow's RGBX: the 4th byte is never read). Written in memory order, channel by
     channel: one sequential stream of stores per patch, then the temporal copies as block
     copies. Indices are np.uint64 (numba then skips its negative-index test; every constant in
     them is np.uint64 too, as mixing signed and unsigned makes numba compute in float64); each
     layout has its own loop, so the read stride is a constant. Measured 2.3x the previous
     per-line, channel-interleaved writes on one thread (2044², float32 and uint8)."""
     plane = np.uint64(p * p)
+    step = np.uint64(cs)
     for c in range(3):
         table = lut[c]
         first = o
@@ -37,11 +38,11 @@ def _write_patch(src, planar, lut, flat, o, y0, x0, p, t):  # noqa: ANN001
                     s += _ONE
             else:
                 line = src[0, y0 + py]
-                s = np.uint64(x0 * 3 + c)
+                s = np.uint64(x0 * cs + c)
                 for _px in range(p):
                     flat[o] = table[np.uint64(line[s])]
                     o += _ONE
-                    s += _THREE
+                    s += step
         for _k in range(1, t):
             j = np.uint64(0)
             while j < plane:
@@ -60,7 +61,7 @@ def _row_of(gy, gx, grid_w, m):  # noqa: ANN001
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _fill_patch(src, planar, lut, flat, idx, grid_w, p, m, t):  # noqa: ANN001
+def _fill_patch(src, planar, cs, lut, flat, idx, grid_w, p, m, t):  # noqa: ANN001
     """Output row ``idx`` (merge order) from the resized frame ``src``."""
     blocks_w = grid_w // m
     per_block = m * m
@@ -72,30 +73,30 @@ def _fill_patch(src, planar, lut, flat, idx, grid_w, p, m, t):  # noqa: ANN001
     mx = within - my * m
     y0 = (by * m + my) * p
     x0 = (bx * m + mx) * p
-    _write_patch(src, planar, lut, flat, np.uint64(idx * 3 * t * p * p), y0, x0, p, t)
+    _write_patch(src, planar, cs, lut, flat, np.uint64(idx * 3 * t * p * p), y0, x0, p, t)
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def patchify_parallel(src, planar, lut, out, grid_w, p, m, t):  # noqa: ANN001
+def patchify_parallel(src, planar, cs, lut, out, grid_w, p, m, t):  # noqa: ANN001
     """Every patch of one frame (``src``/``planar``: see :func:`_fill_patch`), spread over
     numba's threads (one image: all cores)."""
     flat = out.reshape(out.size)
     for idx in prange(out.shape[0]):
-        _fill_patch(src, planar, lut, flat, idx, grid_w, p, m, t)
+        _fill_patch(src, planar, cs, lut, flat, idx, grid_w, p, m, t)
 
 
 @njit(cache=True, nogil=True)
-def patchify_serial(src, planar, lut, out, grid_w, p, m, t):  # noqa: ANN001
+def patchify_serial(src, planar, cs, lut, out, grid_w, p, m, t):  # noqa: ANN001
     """Every patch of one frame on the calling thread; releases the GIL so a thread pool can
     run many frames at once without touching numba's threading layer."""
     flat = out.reshape(out.size)
     for idx in range(out.shape[0]):
-        _fill_patch(src, planar, lut, flat, idx, grid_w, p, m, t)
+        _fill_patch(src, planar, cs, lut, flat, idx, grid_w, p, m, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, planar, lut,
-                        flat, gy, grid_w, p, m, t):  # noqa: ANN001
+def _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, planar, cs,
+                        lut, flat, gy, grid_w, p, m, t):  # noqa: ANN001
     """Patch row ``gy``: torch's vertical uint8 pass for its ``p`` output rows from the
     horizontally resized frame, held as row bands (``bands[b]`` holds rows ``band_starts[b]``
     up to ``band_starts[b + 1]``; layouts as :func:`_write_patch`), into a small row buffer,
@@ -128,27 +129,27 @@ def _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, p
     per_patch = 3 * t * p * p
     for gx in range(grid_w):
         o = np.uint64(_row_of(gy, gx, grid_w, m) * per_patch)
-        _write_patch(buf, planar, lut, flat, o, 0, gx * p, p, t)
+        _write_patch(buf, planar, cs, lut, flat, o, 0, gx * p, p, t)
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def vertical_patchify_parallel(bands, band_starts, starts, sizes, weights, precision, planar,
+def vertical_patchify_parallel(bands, band_starts, starts, sizes, weights, precision, planar, cs,
                                lut, out, grid_w, p, m, t):  # noqa: ANN001
     """The vertical pass fused with patchify, one patch row per iteration over numba's
     threads (one image: all cores)."""
     flat = out.reshape(out.size)
     grid_h = out.shape[0] // grid_w
     for gy in prange(grid_h):
-        _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, planar, lut,
-                            flat, gy, grid_w, p, m, t)
+        _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, planar, cs,
+                            lut, flat, gy, grid_w, p, m, t)
 
 
 @njit(cache=True, nogil=True)
-def vertical_patchify_serial(bands, band_starts, starts, sizes, weights, precision, planar,
+def vertical_patchify_serial(bands, band_starts, starts, sizes, weights, precision, planar, cs,
                              lut, out, grid_w, p, m, t):  # noqa: ANN001
     """The same on the calling thread, GIL released (a thread pool runs many frames)."""
     flat = out.reshape(out.size)
     grid_h = out.shape[0] // grid_w
     for gy in range(grid_h):
-        _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, planar, lut,
-                            flat, gy, grid_w, p, m, t)
+        _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, planar, cs,
+                            lut, flat, gy, grid_w, p, m, t)

@@ -77,17 +77,30 @@ def _launched_unsafe_in_parent() -> bool:
     )
 
 
-def kernel_source(frame: np.ndarray) -> tuple[np.ndarray, bool]:
-    """``(src, planar)`` for the kernel without copying when the layout allows: interleaved
-    HWC bytes as ``[1, H, W*3]``, or channel planes (torch's resize returns CHW memory behind
-    its HWC view) as ``[3, H, W]``; any other strides are copied to HWC once."""
-    height, width = frame.shape[0], frame.shape[1]
+def kernel_source(frame: np.ndarray) -> tuple[np.ndarray, bool, int]:
+    """``(src, planar, cs)`` for the kernel without copying when the layout allows:
+    interleaved HWC bytes of ``cs`` channels (RGB, or Pillow's RGBX: the 4th byte is never
+    read) as ``[1, H, W*cs]``, or channel planes (torch's resize returns CHW memory behind its
+    HWC view; the first 3 of 4 for RGBX) as ``[3, H, W]``; any other strides are copied to HWC
+    once."""
+    height, width, cs = frame.shape
     if frame.flags.c_contiguous:
-        return frame.reshape(1, height, width * 3), False
+        return frame.reshape(1, height, width * cs), False, cs
     planes = frame.transpose(2, 0, 1)
     if planes.flags.c_contiguous:
-        return planes, True
-    return np.ascontiguousarray(frame).reshape(1, height, width * 3), False
+        return planes[:3], True, cs
+    return np.ascontiguousarray(frame).reshape(1, height, width * cs), False, cs
+
+
+def _check_grid_and_out(out: np.ndarray, grid_h: int, grid_w: int, p: int, m: int,
+                        t: int) -> None:
+    """The checks both kernels' callers share: a grid of whole merge blocks, and ``out`` of
+    one C-contiguous row per patch."""
+    if grid_h % m or grid_w % m:
+        raise ValueError(f"grid {grid_h}x{grid_w} is not a multiple of merge_size {m}")
+    expected = (grid_h * grid_w, 3 * t * p * p)
+    if out.shape != expected or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous of shape {expected}, got {out.shape}")
 
 
 def patchify_frame(
@@ -105,28 +118,25 @@ def patchify_frame(
     """Write the ``grid_h * grid_w`` patches of ``frame`` (uint8 HWC) into ``out``.
 
     ``out`` is ``[grid_h * grid_w, 3 * temporal_patch_size * patch_size**2]`` of ``lut``'s
-    dtype; ``frame`` is exactly ``grid_h * patch_size`` by ``grid_w * patch_size``.
+    dtype; ``frame`` (3 channels, or 4 for Pillow's RGBX bytes) is exactly
+    ``grid_h * patch_size`` by ``grid_w * patch_size``.
     ``parallel=False`` runs on the calling thread without the lock: safe from many threads.
     """
     p, m, t = patch_size, merge_size, temporal_patch_size
-    if frame.shape[0] != grid_h * p or frame.shape[1] != grid_w * p or frame.shape[2] != 3:
+    if (frame.ndim != 3 or frame.shape[0] != grid_h * p or frame.shape[1] != grid_w * p
+            or frame.shape[2] not in (3, 4)):
         raise ValueError(f"frame of shape {frame.shape} does not match grid {grid_h}x{grid_w}")
-    if grid_h % m or grid_w % m:
-        raise ValueError(f"grid {grid_h}x{grid_w} is not a multiple of merge_size {m}")
-    if out.shape != (grid_h * grid_w, 3 * t * p * p):
-        raise ValueError(f"out has shape {out.shape}, expected {(grid_h * grid_w, 3 * t * p * p)}")
+    _check_grid_and_out(out, grid_h, grid_w, p, m, t)
     _KERNELS.load()
     if _KERNELS.parallel is None:
         patchify_numpy(frame, lut, out, grid_h, grid_w, p, m, t)
         return
-    if not out.flags.c_contiguous:
-        raise ValueError("out must be C-contiguous")
-    src, planar = kernel_source(frame)
+    src, planar, cs = kernel_source(frame)
     if not parallel:
         assert _KERNELS.serial is not None
-        _KERNELS.serial(src, planar, lut, out, grid_w, p, m, t)
+        _KERNELS.serial(src, planar, cs, lut, out, grid_w, p, m, t)
         return
-    _launch(_KERNELS.parallel, _KERNELS.serial, (src, planar, lut, out, grid_w, p, m, t))
+    _launch(_KERNELS.parallel, _KERNELS.serial, (src, planar, cs, lut, out, grid_w, p, m, t))
 
 
 def _launch(parallel: Any, serial: Any, args: tuple[Any, ...]) -> None:
@@ -170,13 +180,15 @@ def vertical_patchify_frame(
     """torch's vertical uint8 pass fused with :func:`patchify_frame`: the same ``out`` as
     resizing fully with torch and patchifying, without writing the resized frame. ``bands``
     are the frame resized to its final width only (HWC views), top to bottom, as row bands
-    (at most ``MAX_BANDS``); ``taps`` maps their rows to the ``grid_h * patch_size`` output
-    rows (:func:`torch_taps.axis_taps`)."""
+    (at most ``MAX_BANDS``; 3 channels, or 4 for Pillow's RGBX bytes); ``taps`` maps their
+    rows to the ``grid_h * patch_size`` output rows (:func:`torch_taps.axis_taps`)."""
     p, m, t = patch_size, merge_size, temporal_patch_size
     if not 1 <= len(bands) <= MAX_BANDS:
         raise ValueError(f"1 to {MAX_BANDS} bands, got {len(bands)}")
     width = bands[0].shape[1]
-    if any(b.ndim != 3 or b.shape[1:] != (grid_w * p, 3) for b in bands):
+    channels = bands[0].shape[-1]
+    if channels not in (3, 4) or any(b.ndim != 3 or b.shape[1:] != (grid_w * p, channels)
+                                     for b in bands):
         raise ValueError(f"bands of shapes {[b.shape for b in bands]} do not match grid width "
                          f"{grid_w}")
     edges = np.cumsum([0] + [b.shape[0] for b in bands])
@@ -184,23 +196,20 @@ def vertical_patchify_frame(
         raise ValueError(f"taps for {len(taps.starts)} rows, grid needs {grid_h * p}")
     if int(taps.starts[-1] + taps.sizes[-1]) > edges[-1]:
         raise ValueError(f"taps read past the frame's {edges[-1]} rows")
-    if grid_h % m or grid_w % m:
-        raise ValueError(f"grid {grid_h}x{grid_w} is not a multiple of merge_size {m}")
-    if out.shape != (grid_h * grid_w, 3 * t * p * p) or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous {(grid_h * grid_w, 3 * t * p * p)}")
+    _check_grid_and_out(out, grid_h, grid_w, p, m, t)
     serial = _KERNELS.kernel("vertical_patchify_serial")
     if serial is None:
         raise RuntimeError("the fused vertical kernel needs numba")
     sources = [kernel_source(b) for b in bands]
-    if len({planar for _, planar in sources}) > 1:  # one layout for all bands
-        sources = [(np.ascontiguousarray(b).reshape(1, b.shape[0], width * 3), False)
-                   for b in bands]
-    planar = sources[0][1]
-    padded = tuple(src for src, _ in sources) + (sources[-1][0],) * (MAX_BANDS - len(bands))
+    if len({planar for _, planar, _ in sources}) > 1:  # one layout for all bands
+        sources = [(np.ascontiguousarray(b).reshape(1, b.shape[0], width * channels), False,
+                    channels) for b in bands]
+    _, planar, cs = sources[0]
+    padded = tuple(src for src, _, _ in sources) + (sources[-1][0],) * (MAX_BANDS - len(bands))
     band_starts = np.full(MAX_BANDS + 1, edges[-1], dtype=np.int64)
     band_starts[: len(edges)] = edges
     args = (padded, band_starts, taps.starts, taps.sizes, taps.weights, taps.precision, planar,
-            lut, out, grid_w, p, m, t)
+            cs, lut, out, grid_w, p, m, t)
     if not parallel:
         serial(*args)
         return

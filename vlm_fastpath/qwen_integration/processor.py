@@ -24,6 +24,7 @@ import torch
 from PIL import Image
 
 from vlm_fastpath.kimi_integration.output_pool import empty_output
+from vlm_fastpath.kimi_integration.pillow_pixels import rgbx_copy, rgbx_view
 from vlm_fastpath.kimi_integration.resize_pool import get_pool, pool_size
 
 from .config import PIL, TORCHVISION, QwenImageConfig
@@ -335,14 +336,38 @@ class FastQwen2VLImageProcessor:
         the height changes) its horizontal pass only, in row bands on ``pool`` if given, with
         the vertical pass's taps."""
         if self.fuse_vertical_pass and vertical_kernels_available():
-            # once: a PIL image's pixels are copied out on every np.asarray (76 ms at 4032x3024)
-            image = np.asarray(image)
-            if image.shape[0] != plan.height:
-                bands = HORIZONTAL_BANDS if image.shape[0] >= HORIZONTAL_BANDS * 16 else 1
+            pixels, keepalive = _pixels(image, plan, pool)
+            if pixels.shape[0] != plan.height:
+                bands = HORIZONTAL_BANDS if pixels.shape[0] >= MIN_BAND_SPLIT_ROWS else 1
                 half = self._resizer.horizontal(  # type: ignore[attr-defined]
-                    image, plan.width, bands, pool)
-                return half, axis_taps(image.shape[0], plan.height)
-        return [self._resizer(image, plan.height, plan.width)], None
+                    pixels, plan.width, bands, pool)
+                return _Staged(half, axis_taps(pixels.shape[0], plan.height))
+            return _Staged([self._resizer(pixels, plan.height, plan.width)], None, keepalive)
+        return _Staged([self._resizer(image, plan.height, plan.width)], None)
+
+
+def _pixels(
+    image: Image.Image | np.ndarray, plan: _Plan, pool: Executor | None
+) -> tuple[np.ndarray, Any]:
+    """``(HWC uint8 pixels, keepalive)`` of an RGB image or array, read once (hold
+    ``keepalive`` while they are read). A PIL image gives Pillow's own 4-byte RGBX pixels
+    (:mod:`~vlm_fastpath.kimi_integration.pillow_pixels`: the kernels and torch's resize give
+    the same bytes from them), except where the width is resized and the image sits in one
+    Pillow block: there ``np.asarray``'s 3-byte copy is cheap and torch's horizontal pass runs
+    faster on 3 bytes than on 4."""
+    if not isinstance(image, Image.Image):
+        return np.asarray(image), None
+    width, height = image.size
+    view = rgbx_view(image)
+    if view is not None:
+        if width == plan.width:
+            rows, keepalive = view
+            return rows.reshape(height, width, 4), keepalive
+        return np.asarray(image), None
+    copied = rgbx_copy(image, pool, pool_size() if pool is not None else 1)
+    if copied is None:
+        return np.asarray(image), None
+    return copied.reshape(height, width, 4), None
 
 
 def _default_resizer(mode: str) -> Resizer:
@@ -353,12 +378,22 @@ def _default_resizer(mode: str) -> Resizer:
     raise QwenConfigError(f"unknown mode {mode!r}")
 
 
-# [the resized frame] and None, or the frame resized to its final width (row bands, top to
-# bottom) and the vertical taps
-_Staged = tuple[list[np.ndarray], AxisTaps | None]
+@dataclass(frozen=True)
+class _Staged:
+    """What the patch kernel reads: [the resized frame] and no taps, or the frame resized to
+    its final width (row bands, top to bottom) and the vertical taps; and what keeps Pillow's
+    memory valid where the frame is a view of it."""
+
+    frames: list[np.ndarray]
+    taps: AxisTaps | None
+    keepalive: Any = None
+
+
 # Row bands of torch's horizontal pass: smaller calls run faster (their buffers stay in cache)
 # and spread over the resize pool's threads for one image.
 HORIZONTAL_BANDS = 4
+# Bands under about 16 rows cost more in calls than they save: smaller frames are one band.
+MIN_BAND_SPLIT_ROWS = HORIZONTAL_BANDS * 16
 
 
 def _patchify(
@@ -369,15 +404,13 @@ def _patchify(
     config: QwenImageConfig,
     parallel: bool = True,
 ) -> None:
-    frames, taps = staged
-    kernel = (patchify_frame if taps is None
-              else functools.partial(vertical_patchify_frame, taps=taps))
-    kernel(
-        np.asarray(frames[0]) if taps is None else frames, lut=lut, out=dest,
-        grid_h=plan.grid_h, grid_w=plan.grid_w,
-        patch_size=config.patch_size, merge_size=config.merge_size,
-        temporal_patch_size=config.temporal_patch_size, parallel=parallel,
-    )
+    p, m, t = config.patch_size, config.merge_size, config.temporal_patch_size
+    if staged.taps is None:
+        patchify_frame(np.asarray(staged.frames[0]), lut, dest, plan.grid_h, plan.grid_w,
+                       p, m, t, parallel=parallel)
+    else:
+        vertical_patchify_frame(staged.frames, staged.taps, lut, dest, plan.grid_h,
+                                plan.grid_w, p, m, t, parallel=parallel)
 
 
 def _wait_all(futures: list[Future[None]]) -> None:

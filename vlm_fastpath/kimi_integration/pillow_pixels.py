@@ -1,0 +1,137 @@
+"""Fast read access to an RGB ``PIL.Image``'s pixels, as Pillow's own 4-byte RGBX layout.
+
+``np.asarray(image)`` packs Pillow's 4-byte RGBX pixels into a new 3-byte buffer in 64 KiB
+chunks, then joins them, on one core: ~6 ms for a 2048x2048 image, 39-46 ms at 4032x3024,
+before any resampling can start. Two faster ways, both giving the RGBX bytes (the kernels never
+read the 4th byte):
+
+- ``rgbx_view``: in place, through Pillow's Arrow export (``__arrow_c_array__``, Pillow 11.2+),
+  when the image sits in one memory block (Pillow's blocks are 16 MiB: up to about 2048x2048).
+  The capsules keep the memory alive: hold them while the view is in use.
+- ``rgbx_copy``: for any RGB image, Pillow's C ``paste`` into an image that Pillow maps over our
+  own numpy buffer (``Image.core.map_buffer``, what ``Image.frombuffer`` uses), in row strips on
+  a thread pool (paste releases the GIL). 4032x3024: 3.5-5 ms against 46 ms for ``np.asarray``,
+  same run.
+
+Anything unexpected (another mode, an older Pillow without these, another layout) returns None
+and the caller copies with ``np.asarray`` as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from concurrent.futures import Executor
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+
+class _ArrowArray(ctypes.Structure):
+    pass
+
+
+_ArrowArray._fields_ = [
+    ("length", ctypes.c_int64),
+    ("null_count", ctypes.c_int64),
+    ("offset", ctypes.c_int64),
+    ("n_buffers", ctypes.c_int64),
+    ("n_children", ctypes.c_int64),
+    ("buffers", ctypes.POINTER(ctypes.c_void_p)),
+    ("children", ctypes.POINTER(ctypes.POINTER(_ArrowArray))),
+    ("dictionary", ctypes.c_void_p),
+    ("release", ctypes.c_void_p),
+    ("private_data", ctypes.c_void_p),
+]
+
+
+class _ArrowSchema(ctypes.Structure):
+    pass
+
+
+_ArrowSchema._fields_ = [
+    ("format", ctypes.c_char_p),
+    ("name", ctypes.c_char_p),
+    ("metadata", ctypes.c_char_p),
+    ("flags", ctypes.c_int64),
+    ("n_children", ctypes.c_int64),
+    ("children", ctypes.POINTER(ctypes.POINTER(_ArrowSchema))),
+    ("dictionary", ctypes.c_void_p),
+    ("release", ctypes.c_void_p),
+    ("private_data", ctypes.c_void_p),
+]
+
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def rgbx_view(image: Image.Image) -> tuple[np.ndarray, Any] | None:
+    """``(pixels, keepalive)``: a read-only uint8 ``[H, W*4]`` view of an RGB image's RGBX
+    memory and the capsules that keep it valid; None when Pillow cannot export it in place."""
+    if image.mode != "RGB" or not hasattr(image, "__arrow_c_array__"):
+        return None
+    try:
+        image.load()
+        schema_capsule, array_capsule = image.__arrow_c_array__()
+    except (ValueError, OSError, AttributeError):  # e.g. "rows are not contiguous in memory"
+        return None
+    try:
+        schema = _ArrowSchema.from_address(_get_pointer(schema_capsule, b"arrow_schema"))
+        array = _ArrowArray.from_address(_get_pointer(array_capsule, b"arrow_array"))
+        width, height = image.size
+        if schema.format != b"+w:4" or schema.n_children != 1 or array.n_children != 1:
+            return None
+        if schema.children[0].contents.format != b"C":
+            return None
+        child = array.children[0].contents
+        if array.offset or child.offset or child.length != 4 * width * height:
+            return None
+        if child.n_buffers != 2 or not child.buffers[1]:
+            return None
+        raw = (ctypes.c_uint8 * child.length).from_address(child.buffers[1])
+    except (ValueError, TypeError, OSError):
+        return None
+    pixels = np.frombuffer(raw, dtype=np.uint8).reshape(height, width * 4)
+    pixels.setflags(write=False)
+    return pixels, (schema_capsule, array_capsule, raw)
+
+
+# Rows per strip of ``rgbx_copy`` at least: smaller copies are not worth a hand-off.
+MIN_STRIP_ROWS = 256
+
+
+def rgbx_copy(
+    image: Image.Image, pool: Executor | None = None, strips: int = 1
+) -> np.ndarray | None:
+    """A new read-only uint8 ``[H, W*4]`` array of an RGB image's RGBX bytes, copied by
+    Pillow itself, as ``strips`` row strips on ``pool`` when given; None when this Pillow
+    cannot. Loads the image (``OSError`` for corrupt data, as ``np.asarray`` raises)."""
+    map_buffer = getattr(Image.core, "map_buffer", None)
+    if image.mode != "RGB" or map_buffer is None:
+        return None
+    image.load()
+    width, height = image.size
+    pixels = np.empty((height, width * 4), dtype=np.uint8)
+    source = image.im
+    strips = max(1, min(strips, height // MIN_STRIP_ROWS))
+    edges = [round(k * height / strips) for k in range(strips + 1)]
+
+    def copy_rows(rows: tuple[int, int]) -> None:
+        top, bottom = rows
+        # Pillow's RGB image over rows top..bottom of ``pixels`` (4 bytes a pixel, as Pillow
+        # stores RGB); pasting the whole source 'top' rows higher clips it to those rows.
+        target = map_buffer(pixels[top:bottom], (width, bottom - top), "raw", 0, ("RGB", 0, 1))
+        target.paste(source, (0, -top, width, height - top))
+
+    spans = list(zip(edges[:-1], edges[1:], strict=True))
+    try:
+        if pool is None or len(spans) == 1:
+            for span in spans:
+                copy_rows(span)
+        else:
+            list(pool.map(copy_rows, spans))
+    except (ValueError, TypeError, AttributeError):  # a Pillow whose core works differently
+        return None
+    pixels.setflags(write=False)
+    return pixels
