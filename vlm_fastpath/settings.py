@@ -20,7 +20,8 @@ VARIABLES: dict[str, str] = {
     "VLM_FASTPATH_PATCHES": "comma-separated allow-list: apply only these patches",
     "VLM_FASTPATH_SKIP": "comma-separated patches never to apply",
     "VLM_FASTPATH_LOG_LEVEL": "level of the vlm_fastpath logger (default INFO)",
-    "VLM_FASTPATH_RESIZE_THREADS": "resize thread count (default: the CPUs this process may use)",
+    "VLM_FASTPATH_RESIZE_THREADS": "threads of one preprocessing call, resize pools and numba "
+                                   "kernels (default: the CPUs this process may use, at most 8)",
     "VLM_FASTPATH_NUMBA": "0 uses the numpy kernels instead of numba",
     "VLM_FASTPATH_DEFER": "SGLang deferred Kimi preprocessing: auto (default), 0 or 1",
     "VLM_FASTPATH_DEFER_RESIZE": "resize backend of the deferred owner: auto, pillow or torch",

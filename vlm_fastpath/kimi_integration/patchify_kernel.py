@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..numba_kernels import LazyKernels
+from .resize_pool import pool_size
 from .threading_layer import ensure_loadable_threading_layer
 
 logger = logging.getLogger(__name__)
@@ -68,13 +69,28 @@ def _choose_layer() -> None:
         numba.config.THREADING_LAYER = "workqueue"
 
 
+def parallel_threads() -> int:
+    """numba threads for the next parallel launch (call under the launch lock, on the
+    launching thread): ``VLM_FASTPATH_RESIZE_THREADS`` / the usable cores, as for the resize
+    pools, so one variable bounds every thread we run; 1 means run the serial kernel. Above 1
+    it picks the threading layer first (numba starts its threads when the count is set) and
+    sets numba's count for this thread."""
+    import numba
+
+    threads = min(pool_size(), numba.config.NUMBA_NUM_THREADS)
+    if threads > 1:
+        _choose_layer()
+        ensure_loadable_threading_layer()
+        numba.set_num_threads(threads)
+    return threads
+
+
 def _pick_kernel() -> Callable[..., None]:
     assert _KERNELS.parallel is not None and _KERNELS.serial is not None
-    if _KERNELS.launch_pid is None:
-        _choose_layer()
-        ensure_loadable_threading_layer()  # a requested layer that cannot load -> workqueue
-        return _KERNELS.parallel
-    if _KERNELS.launch_pid != os.getpid() and _KERNELS.launch_layer in _FORK_UNSAFE_LAYERS:
+    if _KERNELS.launch_pid is not None and (
+            _KERNELS.launch_pid != os.getpid() and _KERNELS.launch_layer in _FORK_UNSAFE_LAYERS):
+        return _KERNELS.serial  # a forked child of a process that launched a fork-unsafe layer
+    if parallel_threads() <= 1:
         return _KERNELS.serial
     return _KERNELS.parallel
 

@@ -140,14 +140,13 @@ def patchify_frame(
 
 
 def _launch(parallel: Any, serial: Any, args: tuple[Any, ...]) -> None:
-    """A parallel kernel under the process-wide numba launch lock (shared with Kimi); the
-    serial one in a forked child where a parallel launch would abort."""
+    """A parallel kernel under the process-wide numba launch lock (shared with Kimi), on as
+    many threads as the resize pools (``parallel_threads``); the serial one where that is 1,
+    and in a forked child where a parallel launch would abort."""
     with _kimi_kernel._KERNELS.lock:
-        if _launched_unsafe_in_parent():
+        if _launched_unsafe_in_parent() or _kimi_kernel.parallel_threads() <= 1:
             serial(*args)
             return
-        if _KERNELS.launch_pid is None and _kimi_kernel._KERNELS.launch_pid is None:
-            _kimi_kernel._choose_layer()
         parallel(*args)
         if _KERNELS.launch_pid is None:
             import numba
