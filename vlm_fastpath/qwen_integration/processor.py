@@ -341,7 +341,8 @@ class FastQwen2VLImageProcessor:
                 bands = HORIZONTAL_BANDS if pixels.shape[0] >= MIN_BAND_SPLIT_ROWS else 1
                 half = self._resizer.horizontal(  # type: ignore[attr-defined]
                     pixels, plan.width, bands, pool)
-                return _Staged(half, axis_taps(pixels.shape[0], plan.height))
+                # (an unchanged width hands the pixels themselves on as the one band)
+                return _Staged(half, axis_taps(pixels.shape[0], plan.height), keepalive)
             return _Staged([self._resizer(pixels, plan.height, plan.width)], None, keepalive)
         return _Staged([self._resizer(image, plan.height, plan.width)], None)
 
