@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from tests.support.pillow_blocks import pillow_blocks
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
 from vlm_fastpath.kimi_integration.pillow_pixels import rgbx_copy, rgbx_view
 
@@ -27,12 +28,8 @@ POOL = ThreadPoolExecutor(2)
 
 
 def _image(array: np.ndarray, one_block: bool) -> Image.Image:
-    block_size = Image.core.get_block_size()
-    Image.core.set_block_size(block_size if one_block else 4096)
-    try:
+    with pillow_blocks(one_block):
         return Image.fromarray(array)
-    finally:
-        Image.core.set_block_size(block_size)
 
 
 def _rgb(rgbx: np.ndarray, image: Image.Image) -> np.ndarray:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.pillow_blocks import pillow_blocks
 from vlm_fastpath.qwen_integration import FastQwen2VLImageProcessor, patchify_kernel
 from vlm_fastpath.qwen_integration.normalize_lut import build_lut
 from vlm_fastpath.qwen_integration.resize import TorchResizer
@@ -195,17 +196,13 @@ def test_a_pil_image_is_read_once_and_fast(monkeypatch):
 
     monkeypatch.setattr(Image.Image, "__array_interface__", property(counting))
     processor = FastQwen2VLImageProcessor(mode="torchvision", max_pixels=4_000_000)
-    block_size = Image.core.get_block_size()
     # not resized; resized (width too); only the height resized (560 is 20 * 28)
     for width, height, asarray_reads in ((56, 84, 0), (300, 200, 1), (560, 85, 0)):
         array = rand_array(width, width, height)
         expected = processor(array.copy(), return_tensors="pt")["pixel_values"]
         for one_block in (True, False):
-            Image.core.set_block_size(block_size if one_block else 4096)  # a few rows a block
-            try:
+            with pillow_blocks(one_block):
                 image = Image.fromarray(array)
-            finally:
-                Image.core.set_block_size(block_size)
             reads.clear()
             got = processor(image, return_tensors="pt")["pixel_values"]
             assert len(reads) == (asarray_reads if one_block else 0), (width, height, reads)

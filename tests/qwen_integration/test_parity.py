@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.support.pillow_blocks import pillow_blocks
 from vlm_fastpath.qwen_integration import (
     AspectRatioError,
     FastQwen2VLImageProcessor,
@@ -194,14 +195,10 @@ def test_pil_images_in_one_or_many_blocks(pairs, mode):
     Pillow (many: a large photo under the default 16 MiB blocks, forced here with 4 KiB
     blocks): not resized, resized, only the height resized, 1x1, alone and batched."""
     hf, fast = pairs[(mode, "qwen2.5-vl")]
-    block_size = Image.core.get_block_size()
-    for block in (block_size, 4096):
-        Image.core.set_block_size(block)
-        try:
+    for one_block in (True, False):
+        with pillow_blocks(one_block):
             images = [rand_image(7, 56, 84), rand_image(8, 300, 200), rand_image(9, 560, 85),
                       rand_image(10, 1, 1)]
-        finally:
-            Image.core.set_block_size(block_size)
         for image in images:
             run_both(hf, fast, [image])
             run_both(hf, fast, [image], **UINT8)

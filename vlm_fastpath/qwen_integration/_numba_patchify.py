@@ -10,6 +10,8 @@ import numpy as np
 from numba import njit, prange
 
 _ONE = np.uint64(1)
+_THREE = np.uint64(3)
+_FOUR = np.uint64(4)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -21,10 +23,10 @@ def _write_patch(src, planar, cs, lut, flat, o, y0, x0, p, t):  # noqa: ANN001
     channel: one sequential stream of stores per patch, then the temporal copies as block
     copies. Indices are np.uint64 (numba then skips its negative-index test; every constant in
     them is np.uint64 too, as mixing signed and unsigned makes numba compute in float64); each
-    layout has its own loop, so the read stride is a constant. Measured 2.3x the previous
+    layout (planes, 3 or 4 bytes a pixel) has its own loop, so the read stride is a constant
+    (a stride read from ``cs`` measured 20-40 % slower at 2044²). Measured 2.3x the previous
     per-line, channel-interleaved writes on one thread (2044², float32 and uint8)."""
     plane = np.uint64(p * p)
-    step = np.uint64(cs)
     for c in range(3):
         table = lut[c]
         first = o
@@ -36,13 +38,20 @@ def _write_patch(src, planar, cs, lut, flat, o, y0, x0, p, t):  # noqa: ANN001
                     flat[o] = table[np.uint64(line[s])]
                     o += _ONE
                     s += _ONE
-            else:
+            elif cs == 3:
                 line = src[0, y0 + py]
-                s = np.uint64(x0 * cs + c)
+                s = np.uint64(x0 * 3 + c)
                 for _px in range(p):
                     flat[o] = table[np.uint64(line[s])]
                     o += _ONE
-                    s += step
+                    s += _THREE
+            else:
+                line = src[0, y0 + py]
+                s = np.uint64(x0 * 4 + c)
+                for _px in range(p):
+                    flat[o] = table[np.uint64(line[s])]
+                    o += _ONE
+                    s += _FOUR
         for _k in range(1, t):
             j = np.uint64(0)
             while j < plane:
