@@ -25,6 +25,34 @@ def _free_port() -> int:
 _SETUP_DONE = False
 
 
+def publish_server_args(mm_attention_backend: str = "fa3") -> object:
+    """Publish minimal CPU server args as this process's (SGLang's last publish wins).
+
+    Up to 0.5.22 ``ServerArgs`` is a dataclass whose ``__post_init__`` resolves against a real
+    checkpoint, so the fields are filled from their defaults on a bare instance. 0.5.23 made it
+    a msgspec Struct (``object.__new__`` refused) resolved when published; its resolution
+    pipeline skips the model for ``model_path="dummy"``.
+    """
+    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+    settings = {"device": "cpu", "mm_attention_backend": mm_attention_backend,
+                "mm_enable_dp_encoder": False}
+    if dataclasses.is_dataclass(ServerArgs):
+        args = ServerArgs.__new__(ServerArgs)
+        for field in dataclasses.fields(ServerArgs):
+            if field.default is not dataclasses.MISSING:
+                setattr(args, field.name, field.default)
+            elif field.default_factory is not dataclasses.MISSING:
+                setattr(args, field.name, field.default_factory())
+        args.model_path = "vlm-fastpath-test"
+        for name, value in settings.items():
+            setattr(args, name, value)
+    else:
+        args = ServerArgs(model_path="dummy", **settings)
+    set_global_server_args_for_scheduler(args)
+    return args
+
+
 def setup_sglang_cpu(mm_attention_backend: str = "fa3") -> None:
     """Publish minimal server args and a one-process gloo TP group (idempotent)."""
     global _SETUP_DONE
@@ -32,19 +60,7 @@ def setup_sglang_cpu(mm_attention_backend: str = "fa3") -> None:
         return
     import inspect
 
-    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
-
-    args = ServerArgs.__new__(ServerArgs)
-    for field in dataclasses.fields(ServerArgs):
-        if field.default is not dataclasses.MISSING:
-            setattr(args, field.name, field.default)
-        elif field.default_factory is not dataclasses.MISSING:
-            setattr(args, field.name, field.default_factory())
-    args.model_path = "vlm-fastpath-test"
-    args.device = "cpu"
-    args.mm_attention_backend = mm_attention_backend
-    args.mm_enable_dp_encoder = False
-    set_global_server_args_for_scheduler(args)
+    publish_server_args(mm_attention_backend)
 
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
 
@@ -123,13 +139,21 @@ def build_kimi_k25(num_layers: int = 27, seed: int = 0, backend: str = "fa3"):
         with fa3_stub(None):
             tower = kimi.MoonViT3dPretrainedModel(cfg, use_data_parallel=True)
     else:
-        args = (getattr(sa, "get_global_server_args", None) or sa.get_server_args)()
-        saved = args.mm_attention_backend
-        args.mm_attention_backend = backend
-        try:
-            tower = kimi.MoonViT3dPretrainedModel(cfg, use_data_parallel=True)
-        finally:
-            args.mm_attention_backend = saved
+        getter = getattr(sa, "get_global_server_args", None) or getattr(sa, "get_server_args", None)
+        if dataclasses.is_dataclass(sa.ServerArgs) and getter is not None:
+            args = getter()
+            saved = args.mm_attention_backend
+            args.mm_attention_backend = backend
+            try:
+                tower = kimi.MoonViT3dPretrainedModel(cfg, use_data_parallel=True)
+            finally:
+                args.mm_attention_backend = saved
+        else:  # 0.5.23+: published args are sealed; publish others for the construction
+            publish_server_args(backend)
+            try:
+                tower = kimi.MoonViT3dPretrainedModel(cfg, use_data_parallel=True)
+            finally:
+                publish_server_args()
     model = kimi.KimiK25ForConditionalGeneration.__new__(kimi.KimiK25ForConditionalGeneration)
     torch.nn.Module.__init__(model)
     model.vision_tower = tower

@@ -8,6 +8,7 @@ compared with the plugin and without it (after ``revert``) in the same process.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 
 import numpy as np
@@ -60,8 +61,13 @@ def _server_args(path):
         return _SERVER_ARGS[0]
     from tests.support.sglang_cpu import setup_sglang_cpu
 
-    try:
-        setup_sglang_cpu()
+    setup_sglang_cpu()
+    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+    if not dataclasses.is_dataclass(ServerArgs):  # 0.5.23: built (and published) for real
+        args = ServerArgs(model_path=str(path), device="cpu")
+        set_global_server_args_for_scheduler(args)
+    else:
         from sglang.srt.server_args import get_global_server_args
 
         args = copy.copy(get_global_server_args())
@@ -69,14 +75,7 @@ def _server_args(path):
             args.mm_process_config = {}
             if importlib.util.find_spec("sglang.srt.runtime_context") is not None:
                 # 0.5.18+: processors read a snapshot published from the args (get_mm())
-                from sglang.srt.server_args import set_global_server_args_for_scheduler
-
                 set_global_server_args_for_scheduler(args)
-    except TypeError:  # 0.5.23: ServerArgs must be built (and published) for real
-        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
-
-        args = ServerArgs(model_path=str(path), device="cpu")
-        set_global_server_args_for_scheduler(args)
     _SERVER_ARGS.append(args)
     return args
 
