@@ -25,6 +25,14 @@ def _free_port() -> int:
 _SETUP_DONE = False
 
 
+def server_args_sealed() -> bool:
+    """True from SGLang 0.5.23: ``ServerArgs`` is a msgspec Struct, sealed once published
+    (built with its constructor, changed by publishing another); a dataclass before."""
+    from sglang.srt.server_args import ServerArgs
+
+    return not dataclasses.is_dataclass(ServerArgs)
+
+
 def publish_server_args(mm_attention_backend: str = "fa3") -> object:
     """Publish minimal CPU server args as this process's (SGLang's last publish wins).
 
@@ -37,7 +45,7 @@ def publish_server_args(mm_attention_backend: str = "fa3") -> object:
 
     settings = {"device": "cpu", "mm_attention_backend": mm_attention_backend,
                 "mm_enable_dp_encoder": False}
-    if dataclasses.is_dataclass(ServerArgs):
+    if not server_args_sealed():
         args = ServerArgs.__new__(ServerArgs)
         for field in dataclasses.fields(ServerArgs):
             if field.default is not dataclasses.MISSING:
@@ -121,6 +129,27 @@ def tiny_moonvit_config(num_layers: int = 27):
     return cfg
 
 
+@contextlib.contextmanager
+def _attention_backend(backend: str) -> Iterator[None]:
+    """The published server args' ``mm_attention_backend`` set to ``backend`` inside."""
+    if server_args_sealed():
+        publish_server_args(backend)
+        try:
+            yield
+        finally:
+            publish_server_args()
+        return
+    from sglang.srt import server_args as sa
+
+    args = (getattr(sa, "get_global_server_args", None) or sa.get_server_args)()
+    saved = args.mm_attention_backend
+    args.mm_attention_backend = backend
+    try:
+        yield
+    finally:
+        args.mm_attention_backend = saved
+
+
 def build_kimi_k25(num_layers: int = 27, seed: int = 0, backend: str = "fa3"):
     """A ``KimiK25ForConditionalGeneration`` holding the real MoonViT tower and projector.
 
@@ -130,7 +159,6 @@ def build_kimi_k25(num_layers: int = 27, seed: int = 0, backend: str = "fa3"):
     the CPU.
     """
     import sglang.srt.models.kimi_k25 as kimi
-    from sglang.srt import server_args as sa
 
     setup_sglang_cpu()
     torch.manual_seed(seed)
@@ -139,21 +167,8 @@ def build_kimi_k25(num_layers: int = 27, seed: int = 0, backend: str = "fa3"):
         with fa3_stub(None):
             tower = kimi.MoonViT3dPretrainedModel(cfg, use_data_parallel=True)
     else:
-        getter = getattr(sa, "get_global_server_args", None) or getattr(sa, "get_server_args", None)
-        if dataclasses.is_dataclass(sa.ServerArgs) and getter is not None:
-            args = getter()
-            saved = args.mm_attention_backend
-            args.mm_attention_backend = backend
-            try:
-                tower = kimi.MoonViT3dPretrainedModel(cfg, use_data_parallel=True)
-            finally:
-                args.mm_attention_backend = saved
-        else:  # 0.5.23+: published args are sealed; publish others for the construction
-            publish_server_args(backend)
-            try:
-                tower = kimi.MoonViT3dPretrainedModel(cfg, use_data_parallel=True)
-            finally:
-                publish_server_args()
+        with _attention_backend(backend):
+            tower = kimi.MoonViT3dPretrainedModel(cfg, use_data_parallel=True)
     model = kimi.KimiK25ForConditionalGeneration.__new__(kimi.KimiK25ForConditionalGeneration)
     torch.nn.Module.__init__(model)
     model.vision_tower = tower

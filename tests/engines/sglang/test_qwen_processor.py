@@ -8,7 +8,6 @@ compared with the plugin and without it (after ``revert``) in the same process.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import importlib.util
 
 import numpy as np
@@ -59,12 +58,12 @@ def _server_args(path):
     """Server args published the way this release's processors read them (built once)."""
     if _SERVER_ARGS:
         return _SERVER_ARGS[0]
-    from tests.support.sglang_cpu import setup_sglang_cpu
+    from tests.support.sglang_cpu import server_args_sealed, setup_sglang_cpu
 
     setup_sglang_cpu()
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
-    if not dataclasses.is_dataclass(ServerArgs):  # 0.5.23: built (and published) for real
+    if server_args_sealed():  # 0.5.23: built (and published) for real
         args = ServerArgs(model_path=str(path), device="cpu")
         set_global_server_args_for_scheduler(args)
     else:
