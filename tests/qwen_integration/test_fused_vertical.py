@@ -1,9 +1,11 @@
-"""torch's vertical resize pass fused with the patch kernel, against torch's own whole resize.
+"""torch's resize passes in numba: the vertical pass fused with the patch kernel, and the
+horizontal pass, each against torch's own resize.
 
 The reference is torch itself (``F.interpolate`` uint8 antialiased bicubic, what the
-transformers torchvision processor calls) followed by the plain patch kernel, whose layout
-``test_backends`` checks against transformers. Only torch and numba are needed, so this runs in
-the core suite too; ``test_parity`` covers the fused path end to end against transformers.
+transformers torchvision processor calls; for the fused vertical pass, followed by the plain
+patch kernel, whose layout ``test_backends`` checks against transformers). Only torch and numba
+are needed, so this runs in the core suite too; ``test_parity`` covers the processor end to end
+against transformers.
 """
 
 from __future__ import annotations
@@ -29,6 +31,17 @@ pytestmark = pytest.mark.skipif(
 )
 
 RESIZE = TorchResizer()
+
+
+def torch_horizontal(src: np.ndarray, width: int, bands: int = 1) -> list[np.ndarray]:
+    """torch's horizontal pass alone, as ``bands`` row bands (HWC views, top to bottom): torch
+    resizes width first and rounds to uint8 before the vertical pass, and each row's pass is
+    its own, so a width-only resize of a band of rows is exactly those rows of that
+    intermediate."""
+    if src.shape[1] == width:
+        return [src]  # torch skips the horizontal pass too
+    edges = sorted({round(k * src.shape[0] / bands) for k in range(bands + 1)})
+    return [RESIZE(src[a:b], b - a, width) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
 def _lut(dtype: str) -> np.ndarray:
@@ -57,7 +70,7 @@ def _both(src: np.ndarray, grid_h: int, grid_w: int, p: int, m: int, t: int, ban
         src = _rgbx(src)
     got = np.full_like(expected, 7)
     patchify_kernel.vertical_patchify_frame(
-        RESIZE.horizontal(src, width, bands), axis_taps(src.shape[0], height), lut, got,
+        torch_horizontal(src, width, bands), axis_taps(src.shape[0], height), lut, got,
         grid_h, grid_w, p, m, t, parallel=parallel)
     return expected, got
 
@@ -149,7 +162,7 @@ def test_mismatched_arguments_are_value_errors():
     src = rand_array(0, 60, 60)
     lut = _lut("uint8")
     out = np.empty((4, 1176), dtype=np.uint8)
-    half = RESIZE.horizontal(src, 28)
+    half = torch_horizontal(src, 28)
     with pytest.raises(ValueError, match="grid width"):
         patchify_kernel.vertical_patchify_frame(half, axis_taps(60, 28), lut, out, 2, 4, 14, 2, 2)
     with pytest.raises(ValueError, match="taps for"):
@@ -183,8 +196,8 @@ def test_rgbx_frames_patchify_as_rgb(dtype):
 def test_a_pil_image_is_read_once_and_fast(monkeypatch):
     """``np.asarray`` of a PIL image costs 2-3 ms at 2048² and 39-46 ms at 4032x3024: the
     processor reads Pillow's own RGBX memory in place, or has Pillow copy it (images over one
-    16 MiB Pillow block), and calls ``np.asarray`` only where the width is resized and the
-    image sits in one block. The bytes are those of the same pixels given as an array."""
+    16 MiB Pillow block), and never calls ``np.asarray`` (both numba passes read RGBX). The
+    bytes are those of the same pixels given as an array."""
     from PIL import Image
 
     reads = []
@@ -197,7 +210,7 @@ def test_a_pil_image_is_read_once_and_fast(monkeypatch):
     monkeypatch.setattr(Image.Image, "__array_interface__", property(counting))
     processor = FastQwen2VLImageProcessor(mode="torchvision", max_pixels=4_000_000)
     # not resized; resized (width too); only the height resized (560 is 20 * 28)
-    for width, height, asarray_reads in ((56, 84, 0), (300, 200, 1), (560, 85, 0)):
+    for width, height in ((56, 84), (300, 200), (560, 85)):
         array = rand_array(width, width, height)
         expected = processor(array.copy(), return_tensors="pt")["pixel_values"]
         for one_block in (True, False):
@@ -205,5 +218,68 @@ def test_a_pil_image_is_read_once_and_fast(monkeypatch):
                 image = Image.fromarray(array)
             reads.clear()
             got = processor(image, return_tensors="pt")["pixel_values"]
-            assert len(reads) == (asarray_reads if one_block else 0), (width, height, reads)
+            assert not reads, (width, height, one_block)
             assert torch.equal(got, expected), (width, height, one_block)
+
+
+# -- the horizontal pass ------------------------------------------------------------------------
+def _horizontal_equals_torch(src: np.ndarray, width: int, workers: int, rgbx: bool) -> None:
+    """Our horizontal pass (reading ``src`` as Pillow's RGBX bytes if ``rgbx``; on the resize
+    pool's threads when ``workers`` > 1) against torch's width-only resize of the RGB bytes."""
+    from vlm_fastpath.kimi_integration.resize_pool import get_pool
+
+    expected = RESIZE(src, src.shape[0], width)
+    pixels = _rgbx(src) if rgbx else src
+    pool = get_pool() if workers > 1 else None
+    got = patchify_kernel.horizontal_pass(pixels, width, pool, workers)
+    assert got.shape == expected.shape
+    assert torch.equal(torch.from_numpy(np.ascontiguousarray(got)),
+                       torch.from_numpy(np.ascontiguousarray(expected)))
+
+
+def test_horizontal_pass_equals_torch_over_sizes():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=150, deadline=None, derandomize=True)
+    @hypothesis.given(
+        in_h=st.integers(1, 300), in_w=st.integers(1, 700), out_w=st.integers(1, 700),
+        workers=st.integers(1, 4), rgbx=st.booleans(), seed=st.integers(0, 2**16),
+    )
+    def check(in_h, in_w, out_w, workers, rgbx, seed):
+        hypothesis.assume(out_w != in_w)  # torch skips the pass; so does the processor
+        _horizontal_equals_torch(rand_array(seed, in_w, in_h), out_w, workers, rgbx)
+
+    check()
+
+
+@pytest.mark.parametrize("case", [
+    (2048, 2048, 2044),  # the common 2048² -> 2044²
+    (3024, 4032, 3836),  # a phone photo, barely shrunk
+    (200, 4032, 448),  # a 9x shrink: many taps
+    (1, 500, 36), (500, 1, 2), (3, 2, 1),  # one-pixel edges
+    (97, 3001, 2996),  # extreme aspect ratio
+    (60, 80, 560),  # upscaling
+    (130, 70, 71),  # rows in several 64-row blocks, the last one partial
+])
+@pytest.mark.parametrize("rgbx", [False, True])
+def test_horizontal_pass_named_sizes_equal_torch(case, rgbx):
+    in_h, in_w, out_w = case
+    src = rand_array(in_h * 7 + in_w, in_w, in_h)
+    for workers in (1, 2, 3):
+        _horizontal_equals_torch(src, out_w, workers, rgbx)
+
+
+def test_horizontal_pass_photographs_equal_torch():
+    data = pytest.importorskip("skimage.data")
+    for photo in (data.astronaut(), data.coffee(), data.chelsea(), data.rocket(),
+                  np.asarray(smooth_image(3, 1023, 767))):
+        for width in (photo.shape[1] // 3, photo.shape[1] - 4, photo.shape[1] * 2 + 1):
+            _horizontal_equals_torch(np.ascontiguousarray(photo), width, 2, False)
+
+
+def test_horizontal_pass_rejects_what_it_cannot_read():
+    for bad, width in ((np.zeros((4, 4), np.uint8), 2), (np.zeros((4, 4, 2), np.uint8), 2),
+                       (np.zeros((4, 4, 3), np.float32), 2), (np.zeros((4, 4, 3), np.uint8), 0)):
+        with pytest.raises(ValueError, match="HWC uint8"):
+            patchify_kernel.horizontal_pass(bad, width)

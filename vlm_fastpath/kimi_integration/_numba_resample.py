@@ -88,13 +88,15 @@ def _gather_columns(src, cs, first, count, stride, cols):  # noqa: ANN001, ANN20
 
 
 @njit(cache=True, nogil=True)
-def _horizontal_columns(cols, stride, xmin, xw, acc, out):  # noqa: ANN001, ANN202
+def _horizontal_columns(cols, stride, xmin, xw, shift, acc, out):  # noqa: ANN001, ANN202, PLR0913
     """The horizontal pass of ``stride`` rows at once, on column-major bytes (uint8 views
     of :func:`_gather_columns`' layout): output column ``3*x + c`` of every row is one
     contiguous run of ``stride`` bytes, so each tap is one multiply-add over ``3*stride``
     contiguous values (all three channels of a pixel share the tap's weight), which the
-    loop vectorizer turns into SIMD."""
+    loop vectorizer turns into SIMD. ``shift``: the weights' fixed-point precision (Pillow's
+    22; torch's int16 taps carry their own); each sum starts at half an LSB."""
     taps = xw.shape[1]
+    half = np.int32(1 << (shift - 1))
     n = 3 * stride
     span = np.uint64(n)
     for xi in range(xmin.shape[0]):
@@ -103,7 +105,7 @@ def _horizontal_columns(cols, stride, xmin, xw, acc, out):  # noqa: ANN001, ANN2
         window = cols[start:start + span]
         w = np.int32(xw[x, 0])
         for m in range(n):
-            acc[m] = np.int32(_HALF) + w * np.int32(window[m])
+            acc[m] = half + w * np.int32(window[m])
         for k in range(1, taps):
             w = np.int32(xw[x, k])
             begin = start + np.uint64(k) * span
@@ -112,7 +114,7 @@ def _horizontal_columns(cols, stride, xmin, xw, acc, out):  # noqa: ANN001, ANN2
                 acc[m] += w * np.int32(window[m])
         dst = out[x * span:(x + _ONE) * span]
         for m in range(n):
-            v = acc[m] >> _SHIFT
+            v = acc[m] >> shift
             dst[m] = 0 if v < 0 else (255 if v > 255 else v)
 
 
@@ -145,6 +147,64 @@ def _scatter_rows(cols, stride, first, count, ring, slots, spare):  # noqa: ANN0
             l5[j] = np.uint8((w >> np.uint64(40)) & _BYTE)
             l6[j] = np.uint8((w >> np.uint64(48)) & _BYTE)
             l7[j] = np.uint8(w >> np.uint64(56))
+
+
+@njit(cache=True, nogil=True)
+def _scatter_planes(cols, stride, first, count, planes, spare):  # noqa: ANN001, ANN202, PLR0913
+    """:func:`_scatter_rows` into channel planes: byte ``c`` of pixel ``x`` of row ``first + r``
+    (``r < count``) to ``planes[c, first + r, x]``."""
+    width = planes.shape[2]
+    groups = stride // 8
+    g_stride = np.uint64(3 * groups)
+    for g in range(groups):
+        r0 = 8 * g
+        for c in range(3):
+            plane = planes[c]
+            y = first + r0
+            l0 = plane[y] if r0 < count else spare
+            l1 = plane[y + 1] if r0 + 1 < count else spare
+            l2 = plane[y + 2] if r0 + 2 < count else spare
+            l3 = plane[y + 3] if r0 + 3 < count else spare
+            l4 = plane[y + 4] if r0 + 4 < count else spare
+            l5 = plane[y + 5] if r0 + 5 < count else spare
+            l6 = plane[y + 6] if r0 + 6 < count else spare
+            l7 = plane[y + 7] if r0 + 7 < count else spare
+            o = np.uint64(c * groups + g)
+            for x in range(width):
+                w = cols[o]
+                o += g_stride
+                l0[x] = np.uint8(w & _BYTE)
+                l1[x] = np.uint8((w >> np.uint64(8)) & _BYTE)
+                l2[x] = np.uint8((w >> np.uint64(16)) & _BYTE)
+                l3[x] = np.uint8((w >> np.uint64(24)) & _BYTE)
+                l4[x] = np.uint8((w >> np.uint64(32)) & _BYTE)
+                l5[x] = np.uint8((w >> np.uint64(40)) & _BYTE)
+                l6[x] = np.uint8((w >> np.uint64(48)) & _BYTE)
+                l7[x] = np.uint8(w >> np.uint64(56))
+
+
+@njit(cache=True, nogil=True)
+def horizontal_planes(src, cs, first, stop, xmin, xw, shift, planes):  # noqa: ANN001, ANN201, PLR0913
+    """The horizontal pass alone for rows ``first .. stop`` of ``src`` (uint8 ``[H, W*cs]``)
+    into the same rows of ``planes`` (uint8 ``[3, H, ow]``), in blocks of ``BLOCK_ROWS``:
+    for processors that store the width-resized frame (Qwen's torchvision mode: torch's resize
+    has this pass's arithmetic, with its own int16 taps and ``shift``). Planes, because the
+    patch writes that follow read each channel's rows contiguously."""
+    width = src.shape[1] // cs
+    n = planes.shape[2] * 3
+    cols = np.empty(width * 3 * BLOCK_ROWS // 8, np.uint64)
+    hcols = np.empty(n * BLOCK_ROWS // 8, np.uint64)
+    acc = np.empty(3 * BLOCK_ROWS, np.int32)
+    spare = np.empty(planes.shape[2], np.uint8)
+    done = first
+    while done < stop:
+        count = min(BLOCK_ROWS, stop - done)
+        stride = (count + 7) // 8 * 8
+        _gather_columns(src, cs, done, count, stride, cols)
+        _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, shift, acc,
+                            hcols.view(np.uint8))
+        _scatter_planes(hcols, stride, done, count, planes, spare)
+        done += count
 
 
 @njit(cache=True, nogil=True)
@@ -265,7 +325,7 @@ def resize_patchify_band(  # noqa: ANN201, PLR0913, PLR0912
                     count_b = min(block, stop_all - done)
                     stride = (count_b + 7) // 8 * 8
                     _gather_columns(src, cs, done, count_b, stride, cols)
-                    _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, acc_h,
+                    _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, _SHIFT, acc_h,
                                         hcols.view(np.uint8))
                     _scatter_rows(hcols, stride, done, count_b, ring, slots, spare)
                     done += count_b
@@ -279,7 +339,8 @@ def resize_patchify_band(  # noqa: ANN201, PLR0913, PLR0912
                 _gather_columns(vrows, cs, 0, count, stride, cols)
             else:
                 _gather_columns(src, cs, y0, count, stride, cols)
-            _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, acc_h, hcols.view(np.uint8))
+            _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, _SHIFT, acc_h,
+                                hcols.view(np.uint8))
             _scatter_rows(hcols, stride, 0, count, rows, made, spare)
         elif need_v:
             for r in range(count):

@@ -38,6 +38,7 @@ from .normalize_lut import identity_lut
 from .pillow_coeffs import pillow_coefficients, pillow_version, vertical_first
 from .pillow_pixels import rgbx_copy, rgbx_view
 from .resize_pool import THREADS_ENV, default_workers
+from .tap_windows import pad_windows
 
 logger = logging.getLogger(__name__)
 
@@ -144,21 +145,12 @@ def _axis(in_size: int, out_size: int, filter_name: str) -> tuple[np.ndarray, ..
 
 @functools.lru_cache(maxsize=256)
 def _padded_axis(in_size: int, out_size: int, filter_name: str) -> tuple[np.ndarray, ...]:
-    """The same taps, every window ``max(count)`` long: (first tap, int64 weights).
-
-    The added taps carry weight 0, so the sums are Pillow's; a window that would pass the
-    image's end starts earlier instead (``max(count)`` <= ``in_size`` always holds).
-    """
+    """The same taps, every window ``max(count)`` long: (first tap, int64 weights)
+    (:func:`.tap_windows.pad_windows`)."""
     if in_size == out_size:
         return _NO_PADDED_TAPS
     xmin, count, weights = _axis(in_size, out_size, filter_name)
-    taps = int(count.max())
-    start = np.minimum(xmin, in_size - taps).astype(np.int32)
-    shift = xmin - start
-    padded = np.zeros((xmin.shape[0], taps), np.int64)
-    for x in range(xmin.shape[0]):
-        padded[x, shift[x] : shift[x] + count[x]] = weights[x, : count[x]]
-    return _frozen(start, padded)
+    return pad_windows(xmin, count, weights, in_size)
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:

@@ -9,6 +9,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+# The horizontal pass of torch's resize, with torch's taps: the resampler's column-major pass
+# (one home for it), looked up here by ``patchify_kernel`` like this module's own kernels.
+from vlm_fastpath.kimi_integration._numba_resample import horizontal_planes  # noqa: F401
+
 _ONE = np.uint64(1)
 _THREE = np.uint64(3)
 _FOUR = np.uint64(4)

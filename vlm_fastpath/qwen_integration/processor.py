@@ -1,8 +1,9 @@
 """``FastQwen2VLImageProcessor``: a drop-in, bit-exact, multi-core Qwen2/2.5/3-VL image processor.
 
 Exact to the transformers processor it replaces (``torch.equal`` on ``pixel_values`` and
-``image_grid_thw``): the resize is that processor's own (torch's uint8 antialiased bicubic for
-the torchvision processor, Pillow's bicubic for the PIL one), and one patch kernel maps bytes
+``image_grid_thw``): the resize is that processor's own arithmetic (torch's uint8 antialiased
+bicubic for the torchvision processor: both passes in numba with torch's int16 taps, proven
+against torch; Pillow's bicubic for the PIL one), and one patch kernel maps bytes
 through a table built from that processor's float operations, tiles each frame
 ``temporal_patch_size`` times and writes the patches in merge order into one preallocated
 output. Resizes of a batch run on a thread pool and overlap the kernel.
@@ -31,7 +32,12 @@ from .config import PIL, TORCHVISION, QwenImageConfig
 from .errors import QwenConfigError, QwenInputError
 from .image_input import flatten_images, image_size, to_rgb
 from .normalize_lut import build_lut
-from .patchify_kernel import patchify_frame, vertical_kernels_available, vertical_patchify_frame
+from .patchify_kernel import (
+    horizontal_pass,
+    patchify_frame,
+    vertical_kernels_available,
+    vertical_patchify_frame,
+)
 from .resize import KernelPillowResizer, Resizer, TorchResizer
 from .smart_resize import smart_resize
 from .torch_taps import AxisTaps, axis_taps
@@ -89,8 +95,8 @@ class FastQwen2VLImageProcessor:
                 config = config.with_overrides(kwargs)
         self.config = config
         self._resizer = resizer if resizer is not None else _default_resizer(config.mode)
-        # torch's resize: its horizontal pass here, the vertical pass fused with the patch
-        # kernel (``_stage``); False runs torch's whole resize then the patch kernel.
+        # torch's resize: both passes in numba with torch's taps, the vertical one fused with
+        # the patch kernel (``_stage``); False runs torch's whole resize then the patch kernel.
         self.fuse_vertical_pass = isinstance(self._resizer, TorchResizer)
         self._luts: dict[tuple[Any, ...], np.ndarray] = {}
 
@@ -332,39 +338,34 @@ class FastQwen2VLImageProcessor:
     def _stage(
         self, image: Image.Image | np.ndarray, plan: _Plan, pool: Executor | None = None
     ) -> _Staged:
-        """What runs before the patch kernel: the whole resize, or (torch's resize, numba on,
-        the height changes) its horizontal pass only, in row bands on ``pool`` if given, with
-        the vertical pass's taps."""
+        """What runs before the patch kernel: the whole resize, or (torch's resize, numba on)
+        its horizontal pass by our kernel, in row bands on ``pool`` if given, and the
+        vertical pass's taps where the height changes."""
         if self.fuse_vertical_pass and vertical_kernels_available():
-            pixels, keepalive = _pixels(image, plan, pool)
+            pixels, keepalive = _pixels(image, pool)
+            if pixels.shape[1] != plan.width:
+                workers = pool_size() if pool is not None else 1
+                pixels = horizontal_pass(pixels, plan.width, pool, workers)
+                keepalive = None  # a new array: Pillow's memory is no longer read
             if pixels.shape[0] != plan.height:
-                bands = HORIZONTAL_BANDS if pixels.shape[0] >= MIN_BAND_SPLIT_ROWS else 1
-                half = self._resizer.horizontal(  # type: ignore[attr-defined]
-                    pixels, plan.width, bands, pool)
-                # (an unchanged width hands the pixels themselves on as the one band)
-                return _Staged(half, axis_taps(pixels.shape[0], plan.height), keepalive)
-            return _Staged([self._resizer(pixels, plan.height, plan.width)], None, keepalive)
+                return _Staged([pixels], axis_taps(pixels.shape[0], plan.height), keepalive)
+            return _Staged([pixels], None, keepalive)
         return _Staged([self._resizer(image, plan.height, plan.width)], None)
 
 
-def _pixels(
-    image: Image.Image | np.ndarray, plan: _Plan, pool: Executor | None
-) -> tuple[np.ndarray, Any]:
-    """``(HWC uint8 pixels, keepalive)`` of an RGB image or array, read once (hold
+def _pixels(image: Image.Image | np.ndarray, pool: Executor | None) -> tuple[np.ndarray, Any]:
+    """``(HWC uint8 pixels, keepalive)`` of an RGB image or array, C-contiguous (hold
     ``keepalive`` while they are read). A PIL image gives Pillow's own 4-byte RGBX pixels
-    (:mod:`~vlm_fastpath.kimi_integration.pillow_pixels`: the kernels and torch's resize give
-    the same bytes from them), except where the width is resized and the image sits in one
-    Pillow block: there ``np.asarray``'s 3-byte copy is cheap and torch's horizontal pass runs
-    faster on 3 bytes than on 4."""
+    where Pillow can export them in place, else a copy (:mod:`~vlm_fastpath.
+    kimi_integration.pillow_pixels`; in strips on ``pool`` if given): the kernels read RGBX
+    as RGB, giving the same bytes."""
     if not isinstance(image, Image.Image):
-        return np.asarray(image), None
+        return np.ascontiguousarray(image), None
     width, height = image.size
     view = rgbx_view(image)
     if view is not None:
-        if width == plan.width:
-            rows, keepalive = view
-            return rows.reshape(height, width, 4), keepalive
-        return np.asarray(image), None
+        rows, keepalive = view
+        return rows.reshape(height, width, 4), keepalive
     copied = rgbx_copy(image, pool, pool_size() if pool is not None else 1)
     if copied is None:
         return np.asarray(image), None
@@ -388,13 +389,6 @@ class _Staged:
     frames: list[np.ndarray]
     taps: AxisTaps | None
     keepalive: Any = None
-
-
-# Row bands of torch's horizontal pass: smaller calls run faster (their buffers stay in cache)
-# and spread over the resize pool's threads for one image.
-HORIZONTAL_BANDS = 4
-# Bands under about 16 rows cost more in calls than they save: smaller frames are one band.
-MIN_BAND_SPLIT_ROWS = HORIZONTAL_BANDS * 16
 
 
 def _patchify(

@@ -16,7 +16,6 @@ A batch is resized on a thread pool, one image per worker (both resizes release 
 from __future__ import annotations
 
 import warnings
-from concurrent.futures import Executor
 from typing import Protocol
 
 import numpy as np
@@ -60,23 +59,6 @@ class TorchResizer:
         if src.shape[:2] == (height, width):
             return src  # torchvision returns the image untouched
         return _interpolate(src, height, width)
-
-    def horizontal(
-        self, image: Image.Image | np.ndarray, width: int, bands: int = 1,
-        pool: Executor | None = None,
-    ) -> list[np.ndarray]:
-        """The horizontal pass alone, as ``bands`` row bands (HWC views, top to bottom), on
-        ``pool``'s threads if given. torch resizes width first and rounds to uint8 before
-        the vertical pass, and each row's horizontal pass is its own: a width-only resize of
-        a band of rows is exactly those rows of that intermediate."""
-        src = np.asarray(image) if isinstance(image, Image.Image) else image
-        if src.shape[1] == width:
-            return [src]  # torch skips the horizontal pass too
-        edges = sorted({round(k * src.shape[0] / bands) for k in range(bands + 1)})
-        parts = [src[a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
-        if pool is None or len(parts) == 1:
-            return [_interpolate(part, part.shape[0], width) for part in parts]
-        return list(pool.map(lambda part: _interpolate(part, part.shape[0], width), parts))
 
 
 def _interpolate(src: np.ndarray, height: int, width: int) -> np.ndarray:

@@ -1,16 +1,17 @@
 """The int16 taps of torch's uint8 antialiased bicubic resize along one axis.
 
 Why: the torchvision Qwen-VL processor resizes with torch's uint8 antialiased bicubic, which
-runs the horizontal pass, rounds to uint8, then the vertical pass. We let torch run the
-horizontal pass (a width-only resize: the same op, the same bytes) and run the vertical pass
-ourselves, fused with the LUT normalize and patchify (``_numba_patchify``), so the resized frame
-is never written out. That needs the vertical pass's exact integer taps, computed here as torch
-computes them (ATen ``UpSampleKernel.cpp``, ``HelperInterpBase::
-_compute_indices_min_size_weights_aa`` and ``_compute_index_ranges_int16_weights``, align_corners
-False, no scale factor): double weights from the Keys cubic (a = -0.5) over PIL's support,
-normalized per output sample, scaled to int16 at the largest precision under which the axis's
-largest weight stays below 2**15, rounded half away from zero. Tests compare the fused result
-with torch's own resize on random and real images over many sizes.
+runs the horizontal pass, rounds to uint8, then the vertical pass. We run both passes
+ourselves in numba with torch's integer arithmetic: the horizontal one on column-major row
+blocks (``kimi_integration._numba_resample.horizontal_rows``), the vertical one fused with the
+LUT normalize and patchify (``_numba_patchify``), so the resized frame is never written out.
+That needs each pass's exact integer taps, computed here as torch computes them (ATen
+``UpSampleKernel.cpp``, ``HelperInterpBase::_compute_indices_min_size_weights_aa`` and
+``_compute_index_ranges_int16_weights``, align_corners False, no scale factor): double weights
+from the Keys cubic (a = -0.5) over PIL's support, normalized per output sample, scaled to
+int16 at the largest precision under which the axis's largest weight stays below 2**15,
+rounded half away from zero. Tests compare both passes with torch's own resize on random and
+real images over many sizes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+
+from vlm_fastpath.kimi_integration.tap_windows import pad_windows
 
 _A = -0.5  # Keys' cubic, as torch's (and Pillow's) bicubic
 
@@ -87,3 +90,12 @@ def axis_taps(in_size: int, out_size: int) -> AxisTaps:
     for array in (starts, sizes, weights):
         array.setflags(write=False)
     return AxisTaps(starts, sizes, weights, precision)
+
+
+@lru_cache(maxsize=256)
+def padded_taps(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``axis_taps`` as equal-length windows for the numba horizontal pass: (first index
+    int32, int64 weights, precision)."""
+    taps = axis_taps(in_size, out_size)
+    start, weights = pad_windows(taps.starts, taps.sizes, taps.weights, in_size)
+    return start, weights, taps.precision
