@@ -199,6 +199,7 @@ def test_one_thread_by_variable(tmp_path):
 
 NUMBA_THREADS_SCRIPT = """
     import os
+    import threading
     import numpy as np
     from vlm_fastpath.kimi_integration import patchify_kernel as kimi_kernel
     from vlm_fastpath.qwen_integration import FastQwen2VLImageProcessor, patchify_kernel
@@ -217,20 +218,35 @@ NUMBA_THREADS_SCRIPT = """
             return real(*args)
 
         kernels.parallel = counting
+    compiled = patchify_kernel._KERNELS.compiled
+    band_threads = []
+    real_band = compiled.resize_patchify_band
+
+    def counting_band(*args):
+        band_threads.append(threading.current_thread() is threading.main_thread())
+        return real_band(*args)
+
+    compiled.resize_patchify_band = counting_band
     vertical = patchify_kernel._KERNELS.kernel("vertical_patchify_parallel")
     processor = FastQwen2VLImageProcessor(mode="torchvision", max_pixels=400_000)
-    processor.fuse_vertical_pass = False  # torch's whole resize, then the patch kernel
-    unfused = processor(rand_array(1, 300, 200), return_tensors="pt")["pixel_values"]
-    processor.fuse_vertical_pass = True
-    fused = processor(rand_array(1, 300, 200), return_tensors="pt")["pixel_values"]
-    assert np.array_equal(unfused.numpy(), fused.numpy())
+    # 300x200 resizes both sides (the fused band kernel), 280x200 only its height (the
+    # parallel vertical kernel)
+    for width in (300, 280):
+        processor.fuse_vertical_pass = False  # torch's whole resize, then the patch kernel
+        unfused = processor(rand_array(1, width, 200), return_tensors="pt")["pixel_values"]
+        processor.fuse_vertical_pass = True
+        fused = processor(rand_array(1, width, 200), return_tensors="pt")["pixel_values"]
+        assert np.array_equal(unfused.numpy(), fused.numpy())
     lut = np.tile(np.arange(256, dtype=np.float32), (3, 1))
     kimi_kernel.patchify_frame(rand_array(2, 28, 28), lut, np.empty((4, 3, 14, 14), np.float32),
                                2, 2, 14)
     if want == 1:
         assert launches == [] and not vertical.signatures, launches  # serial kernels only
+        assert band_threads == [True], band_threads  # one band, on the calling thread
     else:
-        assert launches == [want, want] and vertical.signatures, launches
+        # the two unfused Qwen calls and the Kimi call
+        assert launches == [want] * 3 and vertical.signatures, launches
+        assert band_threads == [False] * want, band_threads  # a band per pool worker
     print("OK")
 """
 
@@ -239,7 +255,8 @@ NUMBA_THREADS_SCRIPT = """
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_one_variable_bounds_the_numba_kernels(tmp_path, threads):
     """``VLM_FASTPATH_RESIZE_THREADS`` sets the numba kernels' thread count too (1: they run
-    serially), not only the resize pools': measured in vLLM's API server on 2 cores, where
+    serially), not only the resize pools' (which also run the bands of the fused Qwen
+    resize): measured in vLLM's API server on 2 cores, where
     its engine shares the cores, 2048² Qwen uint8 took 38 ms/request on one thread against 93
     ms on two."""
     proc = run_script(tmp_path, NUMBA_THREADS_SCRIPT, timeout=300,

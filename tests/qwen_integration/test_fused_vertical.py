@@ -283,3 +283,86 @@ def test_horizontal_pass_rejects_what_it_cannot_read():
                        (np.zeros((4, 4, 3), np.float32), 2), (np.zeros((4, 4, 3), np.uint8), 0)):
         with pytest.raises(ValueError, match="HWC uint8"):
             patchify_kernel.horizontal_pass(bad, width)
+
+
+# -- both passes fused with the patch writes ----------------------------------------------------
+def _fused_equals_torch(src: np.ndarray, grid_h: int, grid_w: int, geometry: tuple[int, ...],
+                        dtype: str, workers: int, rgbx: bool) -> None:
+    """``resize_patchify_frame`` (reading ``src`` as RGBX if ``rgbx``; bands on the resize
+    pool when ``workers`` > 1) against torch's whole resize then the plain patch kernel."""
+    from vlm_fastpath.kimi_integration.resize_pool import get_pool
+
+    p, m, t = geometry
+    lut = _lut(dtype)
+    expected = np.empty((grid_h * grid_w, 3 * t * p * p), dtype=lut.dtype)
+    patchify_kernel.patchify_frame(RESIZE(src, grid_h * p, grid_w * p), lut, expected, grid_h,
+                                   grid_w, p, m, t)
+    got = np.full_like(expected, 7)
+    patchify_kernel.resize_patchify_frame(
+        _rgbx(src) if rgbx else src, axis_taps(src.shape[0], grid_h * p), lut, got, grid_h,
+        grid_w, p, m, t, pool=get_pool() if workers > 1 else None, workers=workers)
+    assert torch.equal(torch.from_numpy(got), torch.from_numpy(expected))
+
+
+def test_fused_resize_equals_torch_over_sizes():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=120, deadline=None, derandomize=True)
+    @hypothesis.given(
+        in_h=st.integers(1, 500), in_w=st.integers(1, 500),
+        blocks_h=st.integers(1, 12), blocks_w=st.integers(1, 12),
+        geometry=st.sampled_from([(14, 2, 2), (16, 2, 2), (14, 2, 1), (8, 1, 3)]),
+        dtype=st.sampled_from(["float32", "uint8"]), workers=st.integers(1, 4),
+        rgbx=st.booleans(), seed=st.integers(0, 2**16),
+    )
+    def check(in_h, in_w, blocks_h, blocks_w, geometry, dtype, workers, rgbx, seed):
+        p, m, _ = geometry
+        hypothesis.assume(blocks_h * m * p != in_h and blocks_w * m * p != in_w)
+        _fused_equals_torch(rand_array(seed, in_w, in_h), blocks_h * m, blocks_w * m, geometry,
+                            dtype, workers, rgbx)
+
+    check()
+
+
+@pytest.mark.parametrize("case", [
+    (2048, 2048, 146, 146),  # the common 2048² -> 2044²
+    (1024, 1024, 74, 74),  # 1024² -> 1036²: both passes upscale
+    (1080, 1920, 78, 138),  # 1080p
+    (3024, 4032, 108, 144),  # a phone photo, shrunk
+    (1, 500, 2, 36), (500, 1, 36, 2),  # one-pixel edges, stretched
+    (97, 3001, 2, 214),  # extreme aspect ratio
+    (60, 80, 40, 40),  # upscaling
+])
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_fused_resize_named_sizes_equal_torch(case, dtype):
+    in_h, in_w, grid_h, grid_w = case
+    src = rand_array(in_h + 3 * in_w, in_w, in_h)
+    for workers, rgbx in ((1, False), (2, True), (3, False)):
+        _fused_equals_torch(src, grid_h, grid_w, (14, 2, 2), dtype, workers, rgbx)
+
+
+def test_fused_resize_photographs_equal_torch():
+    data = pytest.importorskip("skimage.data")
+    for photo in (data.astronaut(), data.coffee(), data.chelsea(), data.rocket(),
+                  np.asarray(smooth_image(3, 1023, 767))):
+        h, w = photo.shape[:2]
+        for grid_h, grid_w in ((h // 28 * 2 + 2, w // 28 * 2), (2 * (h // 20), 2 * (w // 20))):
+            _fused_equals_torch(np.ascontiguousarray(photo), grid_h, grid_w, (14, 2, 2),
+                                "float32", 2, False)
+
+
+def test_fused_resize_mismatched_arguments_are_value_errors():
+    src = rand_array(0, 60, 60)
+    lut = _lut("uint8")
+    out = np.empty((4, 1176), dtype=np.uint8)
+    with pytest.raises(ValueError, match="taps for"):
+        patchify_kernel.resize_patchify_frame(src, axis_taps(60, 56), lut, out, 2, 2, 14, 2, 2)
+    with pytest.raises(ValueError, match="past the frame"):
+        patchify_kernel.resize_patchify_frame(src, axis_taps(90, 28), lut, out, 2, 2, 14, 2, 2)
+    with pytest.raises(ValueError, match="HWC uint8"):
+        patchify_kernel.resize_patchify_frame(src[:, :, 0], axis_taps(60, 28), lut, out, 2, 2,
+                                              14, 2, 2)
+    with pytest.raises(ValueError, match="out must be"):
+        patchify_kernel.resize_patchify_frame(src, axis_taps(60, 28), lut, out[:3], 2, 2, 14, 2,
+                                              2)

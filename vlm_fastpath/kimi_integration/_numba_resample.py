@@ -150,9 +150,9 @@ def _scatter_rows(cols, stride, first, count, ring, slots, spare):  # noqa: ANN0
 
 
 @njit(cache=True, nogil=True)
-def _scatter_planes(cols, stride, first, count, planes, spare):  # noqa: ANN001, ANN202, PLR0913
+def _scatter_planes(cols, stride, first, count, planes, slots, spare):  # noqa: ANN001, ANN202, PLR0913
     """:func:`_scatter_rows` into channel planes: byte ``c`` of pixel ``x`` of row ``first + r``
-    (``r < count``) to ``planes[c, first + r, x]``."""
+    (``r < count``) to ``planes[c, (first + r) % slots, x]``."""
     width = planes.shape[2]
     groups = stride // 8
     g_stride = np.uint64(3 * groups)
@@ -161,14 +161,14 @@ def _scatter_planes(cols, stride, first, count, planes, spare):  # noqa: ANN001,
         for c in range(3):
             plane = planes[c]
             y = first + r0
-            l0 = plane[y] if r0 < count else spare
-            l1 = plane[y + 1] if r0 + 1 < count else spare
-            l2 = plane[y + 2] if r0 + 2 < count else spare
-            l3 = plane[y + 3] if r0 + 3 < count else spare
-            l4 = plane[y + 4] if r0 + 4 < count else spare
-            l5 = plane[y + 5] if r0 + 5 < count else spare
-            l6 = plane[y + 6] if r0 + 6 < count else spare
-            l7 = plane[y + 7] if r0 + 7 < count else spare
+            l0 = plane[y % slots] if r0 < count else spare
+            l1 = plane[(y + 1) % slots] if r0 + 1 < count else spare
+            l2 = plane[(y + 2) % slots] if r0 + 2 < count else spare
+            l3 = plane[(y + 3) % slots] if r0 + 3 < count else spare
+            l4 = plane[(y + 4) % slots] if r0 + 4 < count else spare
+            l5 = plane[(y + 5) % slots] if r0 + 5 < count else spare
+            l6 = plane[(y + 6) % slots] if r0 + 6 < count else spare
+            l7 = plane[(y + 7) % slots] if r0 + 7 < count else spare
             o = np.uint64(c * groups + g)
             for x in range(width):
                 w = cols[o]
@@ -203,7 +203,7 @@ def horizontal_planes(src, cs, first, stop, xmin, xw, shift, planes):  # noqa: A
         _gather_columns(src, cs, done, count, stride, cols)
         _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, shift, acc,
                             hcols.view(np.uint8))
-        _scatter_planes(hcols, stride, done, count, planes, spare)
+        _scatter_planes(hcols, stride, done, count, planes, planes.shape[1], spare)
         done += count
 
 

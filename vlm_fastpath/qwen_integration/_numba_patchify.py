@@ -11,7 +11,13 @@ from numba import njit, prange
 
 # The horizontal pass of torch's resize, with torch's taps: the resampler's column-major pass
 # (one home for it), looked up here by ``patchify_kernel`` like this module's own kernels.
-from vlm_fastpath.kimi_integration._numba_resample import horizontal_planes  # noqa: F401
+from vlm_fastpath.kimi_integration._numba_resample import (
+    BLOCK_ROWS,
+    _gather_columns,
+    _horizontal_columns,
+    _scatter_planes,
+    horizontal_planes,  # noqa: F401
+)
 
 _ONE = np.uint64(1)
 _THREE = np.uint64(3)
@@ -166,3 +172,60 @@ def vertical_patchify_serial(bands, band_starts, starts, sizes, weights, precisi
     for gy in range(grid_h):
         _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, planar, cs,
                             lut, flat, gy, grid_w, p, m, t)
+
+
+@njit(cache=True, nogil=True)
+def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, precision,  # noqa: ANN001, ANN201, PLR0913
+                         lut, out, grid_w, p, m, t, g0, g1):
+    """Patch rows ``g0 .. g1`` of a frame whose width and height both change, straight from
+    its pixels (``src``: uint8 ``[H, W*cs]``, RGB or Pillow's RGBX): torch's horizontal pass
+    (``xmin``/``xw``: its taps as equal-length windows, ``xprecision``) on column-major
+    blocks into a ring of channel planes, each source row once per band; then its vertical
+    pass (``starts``/``sizes``/``weights``, ``precision``) per output row, and the patches.
+    Neither the width-resized nor the resized frame is ever stored."""
+    flat = out.reshape(out.size)
+    width = src.shape[1] // cs
+    ow = xmin.shape[0]
+    n = ow * 3
+    taps = 1
+    stop_all = 0  # one past the last source row this band reads
+    for y in range(g0 * p, g1 * p):
+        taps = max(taps, sizes[y])
+        stop_all = max(stop_all, starts[y] + sizes[y])
+    slots = taps + BLOCK_ROWS  # the rows a vertical tap still needs, plus one block ahead
+    ring = np.empty((3, slots, ow), np.uint8)
+    cols = np.empty(width * 3 * BLOCK_ROWS // 8, np.uint64)
+    hcols = np.empty(n * BLOCK_ROWS // 8, np.uint64)
+    acc_h = np.empty(3 * BLOCK_ROWS, np.int32)
+    spare = np.empty(ow, np.uint8)
+    buf = np.empty((3, p, ow), np.uint8)
+    acc = np.empty(ow, np.int32)
+    half = np.int32(1 << (precision - 1))
+    per_patch = 3 * t * p * p
+    done = starts[g0 * p]  # next source row to resample
+    for gy in range(g0, g1):
+        for r in range(p):
+            y = gy * p + r
+            stop = starts[y] + sizes[y]
+            while done < stop:
+                count = min(BLOCK_ROWS, stop_all - done)
+                stride = (count + 7) // 8 * 8
+                _gather_columns(src, cs, done, count, stride, cols)
+                _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, xprecision, acc_h,
+                                    hcols.view(np.uint8))
+                _scatter_planes(hcols, stride, done, count, ring, slots, spare)
+                done += count
+            for c in range(3):
+                acc[:] = half
+                for k in range(sizes[y]):
+                    w = np.int32(weights[y, k])
+                    line = ring[c, (starts[y] + k) % slots]
+                    for x in range(ow):
+                        acc[x] += w * np.int32(line[x])
+                row = buf[c, r]
+                for x in range(ow):
+                    v = acc[x] >> precision
+                    row[x] = 0 if v < 0 else (255 if v > 255 else v)
+        for gx in range(grid_w):
+            o = np.uint64(_row_of(gy, gx, grid_w, m) * per_patch)
+            _write_patch(buf, True, 3, lut, flat, o, 0, gx * p, p, t)

@@ -35,6 +35,7 @@ from .normalize_lut import build_lut
 from .patchify_kernel import (
     horizontal_pass,
     patchify_frame,
+    resize_patchify_frame,
     vertical_kernels_available,
     vertical_patchify_frame,
 )
@@ -339,10 +340,15 @@ class FastQwen2VLImageProcessor:
         self, image: Image.Image | np.ndarray, plan: _Plan, pool: Executor | None = None
     ) -> _Staged:
         """What runs before the patch kernel: the whole resize, or (torch's resize, numba on)
-        its horizontal pass by our kernel, in row bands on ``pool`` if given, and the
-        vertical pass's taps where the height changes."""
+        nothing where both sides change (the patch kernel then runs both passes), else the
+        horizontal pass by our kernel (row bands on ``pool`` if given), and the vertical
+        pass's taps where the height changes."""
         if self.fuse_vertical_pass and vertical_kernels_available():
             pixels, keepalive = _pixels(image, pool)
+            if pixels.shape[1] != plan.width and pixels.shape[0] != plan.height:
+                # both passes in one kernel, in bands of patch rows (``_patchify``)
+                return _Staged([pixels], axis_taps(pixels.shape[0], plan.height), keepalive,
+                               resize_width=True)
             if pixels.shape[1] != plan.width:
                 workers = pool_size() if pool is not None else 1
                 pixels = horizontal_pass(pixels, plan.width, pool, workers)
@@ -382,13 +388,15 @@ def _default_resizer(mode: str) -> Resizer:
 
 @dataclass(frozen=True)
 class _Staged:
-    """What the patch kernel reads: [the resized frame] and no taps, or the frame resized to
-    its final width (row bands, top to bottom) and the vertical taps; and what keeps Pillow's
-    memory valid where the frame is a view of it."""
+    """What the patch kernel reads: [the resized frame] and no taps; or the frame resized to
+    its final width and the vertical taps; or (``resize_width``) the pixels themselves and
+    the vertical taps, both passes left to the kernel; and what keeps Pillow's memory valid
+    where the frame is a view of it."""
 
     frames: list[np.ndarray]
     taps: AxisTaps | None
     keepalive: Any = None
+    resize_width: bool = False  # the frame is the pixels: the patch kernel runs both passes
 
 
 def _patchify(
@@ -400,7 +408,13 @@ def _patchify(
     parallel: bool = True,
 ) -> None:
     p, m, t = config.patch_size, config.merge_size, config.temporal_patch_size
-    if staged.taps is None:
+    if staged.resize_width:
+        assert staged.taps is not None
+        workers = pool_size() if parallel else 1
+        resize_patchify_frame(staged.frames[0], staged.taps, lut, dest, plan.grid_h,
+                              plan.grid_w, p, m, t, pool=get_pool() if workers > 1 else None,
+                              workers=workers)
+    elif staged.taps is None:
         patchify_frame(np.asarray(staged.frames[0]), lut, dest, plan.grid_h, plan.grid_w,
                        p, m, t, parallel=parallel)
     else:
