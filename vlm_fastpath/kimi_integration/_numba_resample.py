@@ -184,6 +184,28 @@ def _scatter_planes(cols, stride, first, count, planes, slots, spare):  # noqa: 
 
 
 @njit(cache=True, nogil=True)
+def _resample_rows(src, cs, first, count, xmin, xw, shift, cols, hcols, acc, ring, slot,  # noqa: ANN001, ANN202, PLR0913
+                   slots, spare):
+    """The horizontal pass of rows ``first .. first+count`` (at most one block) of ``src``
+    into ring slots ``(slot + r) % slots`` (:func:`_scatter_rows`), through the scratch
+    ``cols``/``hcols``/``acc``."""
+    stride = (count + 7) // 8 * 8
+    _gather_columns(src, cs, first, count, stride, cols)
+    _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, shift, acc, hcols.view(np.uint8))
+    _scatter_rows(hcols, stride, slot, count, ring, slots, spare)
+
+
+@njit(cache=True, nogil=True)
+def resample_planes(src, cs, first, count, xmin, xw, shift, cols, hcols, acc, planes, slots,  # noqa: ANN001, ANN201, PLR0913
+                    spare):
+    """The same into channel planes (:func:`_scatter_planes`)."""
+    stride = (count + 7) // 8 * 8
+    _gather_columns(src, cs, first, count, stride, cols)
+    _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, shift, acc, hcols.view(np.uint8))
+    _scatter_planes(hcols, stride, first, count, planes, slots, spare)
+
+
+@njit(cache=True, nogil=True)
 def horizontal_planes(src, cs, first, stop, xmin, xw, shift, planes):  # noqa: ANN001, ANN201, PLR0913
     """The horizontal pass alone for rows ``first .. stop`` of ``src`` (uint8 ``[H, W*cs]``)
     into the same rows of ``planes`` (uint8 ``[3, H, ow]``), in blocks of ``BLOCK_ROWS``:
@@ -199,11 +221,8 @@ def horizontal_planes(src, cs, first, stop, xmin, xw, shift, planes):  # noqa: A
     done = first
     while done < stop:
         count = min(BLOCK_ROWS, stop - done)
-        stride = (count + 7) // 8 * 8
-        _gather_columns(src, cs, done, count, stride, cols)
-        _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, shift, acc,
-                            hcols.view(np.uint8))
-        _scatter_planes(hcols, stride, done, count, planes, planes.shape[1], spare)
+        resample_planes(src, cs, done, count, xmin, xw, shift, cols, hcols, acc, planes,
+                        planes.shape[1], spare)
         done += count
 
 
@@ -323,25 +342,20 @@ def resize_patchify_band(  # noqa: ANN201, PLR0913, PLR0912
                 stop = ymin[y] + ycnt[y]
                 while done < stop:
                     count_b = min(block, stop_all - done)
-                    stride = (count_b + 7) // 8 * 8
-                    _gather_columns(src, cs, done, count_b, stride, cols)
-                    _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, _SHIFT, acc_h,
-                                        hcols.view(np.uint8))
-                    _scatter_rows(hcols, stride, done, count_b, ring, slots, spare)
+                    _resample_rows(src, cs, done, count_b, xmin, xw, _SHIFT, cols, hcols, acc_h,
+                                   ring, done, slots, spare)
                     done += count_b
                 _vertical(ring, ymin[y], ycnt[y], yw[y], slots, acc, rows[r])
         elif need_h and count > 0:
-            stride = (count + 7) // 8 * 8
             if need_v:  # vertical first: these rows' vertical pass, then across them
                 for r in range(count):
                     y = y0 + r
                     _vertical(src, ymin[y], ycnt[y], yw[y], 0, acc, vrows[r])
-                _gather_columns(vrows, cs, 0, count, stride, cols)
+                _resample_rows(vrows, cs, 0, count, xmin, xw, _SHIFT, cols, hcols, acc_h, rows,
+                               0, made, spare)
             else:
-                _gather_columns(src, cs, y0, count, stride, cols)
-            _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, _SHIFT, acc_h,
-                                hcols.view(np.uint8))
-            _scatter_rows(hcols, stride, 0, count, rows, made, spare)
+                _resample_rows(src, cs, y0, count, xmin, xw, _SHIFT, cols, hcols, acc_h, rows,
+                               0, made, spare)
         elif need_v:
             for r in range(count):
                 y = y0 + r

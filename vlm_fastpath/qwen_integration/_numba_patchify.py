@@ -13,10 +13,8 @@ from numba import njit, prange
 # (one home for it), looked up here by ``patchify_kernel`` like this module's own kernels.
 from vlm_fastpath.kimi_integration._numba_resample import (
     BLOCK_ROWS,
-    _gather_columns,
-    _horizontal_columns,
-    _scatter_planes,
     horizontal_planes,  # noqa: F401
+    resample_planes,
 )
 
 _ONE = np.uint64(1)
@@ -209,11 +207,8 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
             stop = starts[y] + sizes[y]
             while done < stop:
                 count = min(BLOCK_ROWS, stop_all - done)
-                stride = (count + 7) // 8 * 8
-                _gather_columns(src, cs, done, count, stride, cols)
-                _horizontal_columns(cols.view(np.uint8), stride, xmin, xw, xprecision, acc_h,
-                                    hcols.view(np.uint8))
-                _scatter_planes(hcols, stride, done, count, ring, slots, spare)
+                resample_planes(src, cs, done, count, xmin, xw, xprecision, cols, hcols, acc_h,
+                                ring, slots, spare)
                 done += count
             for c in range(3):
                 acc[:] = half
