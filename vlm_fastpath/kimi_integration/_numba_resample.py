@@ -118,6 +118,23 @@ def _horizontal_columns(cols, stride, xmin, xw, shift, acc, out):  # noqa: ANN00
             dst[m] = 0 if v < 0 else (255 if v > 255 else v)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _unpack_words(cols, o, step, length, l0, l1, l2, l3, l4, l5, l6, l7):  # noqa: ANN001, ANN202, PLR0913
+    """Byte ``i`` of words ``cols[o]``, ``cols[o + step]``, ... into ``l<i>[0 .. length]``:
+    eight rows from one load each."""
+    for j in range(length):
+        w = cols[o]
+        o += step
+        l0[j] = np.uint8(w & _BYTE)
+        l1[j] = np.uint8((w >> np.uint64(8)) & _BYTE)
+        l2[j] = np.uint8((w >> np.uint64(16)) & _BYTE)
+        l3[j] = np.uint8((w >> np.uint64(24)) & _BYTE)
+        l4[j] = np.uint8((w >> np.uint64(32)) & _BYTE)
+        l5[j] = np.uint8((w >> np.uint64(40)) & _BYTE)
+        l6[j] = np.uint8((w >> np.uint64(48)) & _BYTE)
+        l7[j] = np.uint8(w >> np.uint64(56))
+
+
 @njit(cache=True, nogil=True)
 def _scatter_rows(cols, stride, first, count, ring, slots, spare):  # noqa: ANN001, ANN202
     """The inverse of :func:`_gather_columns` for the pass's output: row ``first + r`` (for
@@ -134,19 +151,7 @@ def _scatter_rows(cols, stride, first, count, ring, slots, spare):  # noqa: ANN0
         l5 = ring[(first + r0 + 5) % slots] if r0 + 5 < count else spare
         l6 = ring[(first + r0 + 6) % slots] if r0 + 6 < count else spare
         l7 = ring[(first + r0 + 7) % slots] if r0 + 7 < count else spare
-        o = np.uint64(g)
-        g_stride = np.uint64(groups)
-        for j in range(n):
-            w = cols[o]
-            o += g_stride
-            l0[j] = np.uint8(w & _BYTE)
-            l1[j] = np.uint8((w >> np.uint64(8)) & _BYTE)
-            l2[j] = np.uint8((w >> np.uint64(16)) & _BYTE)
-            l3[j] = np.uint8((w >> np.uint64(24)) & _BYTE)
-            l4[j] = np.uint8((w >> np.uint64(32)) & _BYTE)
-            l5[j] = np.uint8((w >> np.uint64(40)) & _BYTE)
-            l6[j] = np.uint8((w >> np.uint64(48)) & _BYTE)
-            l7[j] = np.uint8(w >> np.uint64(56))
+        _unpack_words(cols, np.uint64(g), np.uint64(groups), n, l0, l1, l2, l3, l4, l5, l6, l7)
 
 
 @njit(cache=True, nogil=True)
@@ -169,18 +174,8 @@ def _scatter_planes(cols, stride, first, count, planes, slots, spare):  # noqa: 
             l5 = plane[(y + 5) % slots] if r0 + 5 < count else spare
             l6 = plane[(y + 6) % slots] if r0 + 6 < count else spare
             l7 = plane[(y + 7) % slots] if r0 + 7 < count else spare
-            o = np.uint64(c * groups + g)
-            for x in range(width):
-                w = cols[o]
-                o += g_stride
-                l0[x] = np.uint8(w & _BYTE)
-                l1[x] = np.uint8((w >> np.uint64(8)) & _BYTE)
-                l2[x] = np.uint8((w >> np.uint64(16)) & _BYTE)
-                l3[x] = np.uint8((w >> np.uint64(24)) & _BYTE)
-                l4[x] = np.uint8((w >> np.uint64(32)) & _BYTE)
-                l5[x] = np.uint8((w >> np.uint64(40)) & _BYTE)
-                l6[x] = np.uint8((w >> np.uint64(48)) & _BYTE)
-                l7[x] = np.uint8(w >> np.uint64(56))
+            _unpack_words(cols, np.uint64(c * groups + g), g_stride, width, l0, l1, l2, l3, l4,
+                          l5, l6, l7)
 
 
 @njit(cache=True, nogil=True)
