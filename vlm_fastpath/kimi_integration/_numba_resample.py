@@ -236,12 +236,14 @@ def _compact(line, cs, dst):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, nogil=True)
-def _vertical(lines, first, count, weights, ring, acc, dst):  # noqa: ANN001, ANN202
+def _vertical(lines, first, count, weights, ring, acc, dst, shift=_SHIFT):  # noqa: ANN001, ANN202, PLR0913
     """One output row of the vertical pass over rows ``first .. first+count`` of ``lines``
-    (slot ``row % ring`` when ``ring`` > 0): vectorized across the row's bytes."""
+    (slot ``row % ring`` when ``ring`` > 0): vectorized across the row's bytes. ``shift``:
+    the weights' precision (Pillow's 22; torch's taps carry their own)."""
     n = dst.shape[0]
+    half = np.int32(1 << (shift - 1))
     for j in range(n):
-        acc[j] = _HALF
+        acc[j] = half
     for k in range(count):
         w = np.int32(weights[k])
         row = first + k
@@ -249,7 +251,7 @@ def _vertical(lines, first, count, weights, ring, acc, dst):  # noqa: ANN001, AN
         for j in range(n):
             acc[j] += w * np.int32(line[j])
     for j in range(n):
-        v = acc[j] >> _SHIFT
+        v = acc[j] >> shift
         dst[j] = 0 if v < 0 else (255 if v > 255 else v)
 
 

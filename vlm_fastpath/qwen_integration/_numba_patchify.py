@@ -13,6 +13,7 @@ from numba import njit, prange
 # (one home for it), looked up here by ``patchify_kernel`` like this module's own kernels.
 from vlm_fastpath.kimi_integration._numba_resample import (
     BLOCK_ROWS,
+    _vertical,
     horizontal_planes,  # noqa: F401
     resample_planes,
 )
@@ -179,7 +180,8 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
     its pixels (``src``: uint8 ``[H, W*cs]``, RGB or Pillow's RGBX): torch's horizontal pass
     (``xmin``/``xw``: its taps as equal-length windows, ``xprecision``) on column-major
     blocks into a ring of channel planes, each source row once per band; then its vertical
-    pass (``starts``/``sizes``/``weights``, ``precision``) per output row, and the patches.
+    pass (``starts``/``sizes``/``weights``, ``precision``) per output row and plane (the
+    resampler's ``_vertical``), and the patches.
     Neither the width-resized nor the resized frame is ever stored."""
     flat = out.reshape(out.size)
     width = src.shape[1] // cs
@@ -198,7 +200,6 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
     spare = np.empty(ow, np.uint8)
     buf = np.empty((3, p, ow), np.uint8)
     acc = np.empty(ow, np.int32)
-    half = np.int32(1 << (precision - 1))
     per_patch = 3 * t * p * p
     done = starts[g0 * p]  # next source row to resample
     for gy in range(g0, g1):
@@ -211,16 +212,8 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
                                 ring, slots, spare)
                 done += count
             for c in range(3):
-                acc[:] = half
-                for k in range(sizes[y]):
-                    w = np.int32(weights[y, k])
-                    line = ring[c, (starts[y] + k) % slots]
-                    for x in range(ow):
-                        acc[x] += w * np.int32(line[x])
-                row = buf[c, r]
-                for x in range(ow):
-                    v = acc[x] >> precision
-                    row[x] = 0 if v < 0 else (255 if v > 255 else v)
+                _vertical(ring[c], starts[y], sizes[y], weights[y], slots, acc, buf[c, r],
+                          precision)
         for gx in range(grid_w):
             o = np.uint64(_row_of(gy, gx, grid_w, m) * per_patch)
             _write_patch(buf, True, 3, lut, flat, o, 0, gx * p, p, t)

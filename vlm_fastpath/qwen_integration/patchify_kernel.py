@@ -239,26 +239,38 @@ def horizontal_pass(
     kernel = _KERNELS.kernel("horizontal_planes")
     if kernel is None:
         raise RuntimeError("the horizontal pass needs numba")
-    if pixels.ndim != 3 or pixels.shape[2] not in (3, 4) or pixels.dtype != np.uint8 or width < 1:
-        raise ValueError(f"need HWC uint8 pixels of 3 or 4 channels and a positive width, "
-                         f"got {pixels.dtype} {pixels.shape} -> {width}")
-    height, in_w, cs = pixels.shape
-    pixels = np.ascontiguousarray(pixels)
+    if width < 1:
+        raise ValueError(f"need HWC uint8 pixels and a positive width, got {width}")
+    src, cs = _pixel_rows(pixels)
+    height, in_w = pixels.shape[:2]
     start, weights, precision = padded_taps(in_w, width)
-    src = pixels.reshape(height, in_w * cs)
     out = empty_output((3, height, width), np.uint8)
     bands = max(1, min(workers, height // MIN_ROWS_PER_BAND)) if pool is not None else 1
-    edges = [round(k * height / bands) for k in range(bands + 1)]
-    jobs = list(zip(edges[:-1], edges[1:], strict=True))
-    if bands == 1:
-        kernel(src, cs, 0, height, start, weights, precision, out)
-    else:
-        assert pool is not None
-        futures = [pool.submit(kernel, src, cs, a, b, start, weights, precision, out)
-                   for a, b in jobs]
-        for future in futures:
-            future.result()
+    _run_bands(kernel, (src, cs), (start, weights, precision, out), height, bands, pool)
     return out.transpose(1, 2, 0)
+
+
+def _pixel_rows(pixels: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(uint8 [H, W*cs] C-contiguous rows, cs)`` of HWC pixels of 3 or 4 channels."""
+    if pixels.ndim != 3 or pixels.shape[2] not in (3, 4) or pixels.dtype != np.uint8:
+        raise ValueError(f"need HWC uint8 pixels of 3 or 4 channels, got {pixels.dtype} "
+                         f"{pixels.shape}")
+    height, width, cs = pixels.shape
+    return np.ascontiguousarray(pixels).reshape(height, width * cs), cs
+
+
+def _run_bands(kernel: Any, head: tuple[Any, ...], tail: tuple[Any, ...], total: int,
+               bands: int, pool: Executor | None) -> None:
+    """``kernel(*head, a, b, *tail)`` over ``bands`` equal ranges ``a .. b`` of ``0 .. total``:
+    on ``pool``'s threads, or on this one for a single band."""
+    if bands <= 1 or pool is None:
+        kernel(*head, 0, total, *tail)
+        return
+    edges = [round(k * total / bands) for k in range(bands + 1)]
+    futures = [pool.submit(kernel, *head, a, b, *tail)
+               for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    for future in futures:
+        future.result()
 
 
 def resize_patchify_frame(
@@ -287,26 +299,14 @@ def resize_patchify_frame(
     kernel = _KERNELS.kernel("resize_patchify_band")
     if kernel is None:
         raise RuntimeError("the fused resize needs numba")
-    if pixels.ndim != 3 or pixels.shape[2] not in (3, 4) or pixels.dtype != np.uint8:
-        raise ValueError(f"need HWC uint8 pixels of 3 or 4 channels, got {pixels.dtype} "
-                         f"{pixels.shape}")
-    height, in_w, cs = pixels.shape
+    src, cs = _pixel_rows(pixels)
+    height, in_w = pixels.shape[:2]
     if len(taps.starts) != grid_h * p:
         raise ValueError(f"taps for {len(taps.starts)} rows, grid needs {grid_h * p}")
     if int(taps.starts[-1] + taps.sizes[-1]) > height:
         raise ValueError(f"taps read past the frame's {height} rows")
     _check_grid_and_out(out, grid_h, grid_w, p, m, t)
     xmin, xw, xprecision = padded_taps(in_w, grid_w * p)
-    src = np.ascontiguousarray(pixels).reshape(height, in_w * cs)
     args = (src, cs, xmin, xw, xprecision, taps.starts, taps.sizes, taps.weights,
             taps.precision, lut, out, grid_w, p, m, t)
-    bands = max(1, min(workers, grid_h)) if pool is not None else 1
-    if bands == 1:
-        kernel(*args, 0, grid_h)
-        return
-    assert pool is not None
-    edges = [round(k * grid_h / bands) for k in range(bands + 1)]
-    futures = [pool.submit(kernel, *args, a, b) for a, b in zip(edges[:-1], edges[1:],
-                                                                 strict=True)]
-    for future in futures:
-        future.result()
+    _run_bands(kernel, args, (), grid_h, min(workers, grid_h), pool)
