@@ -11,6 +11,8 @@ from numba import njit, prange
 
 # The horizontal pass of torch's resize, with torch's taps: the resampler's column-major pass
 # (one home for it), looked up here by ``patchify_kernel`` like this module's own kernels.
+from vlm_fastpath._numba_int32 import mad32, shift_to_byte
+from vlm_fastpath._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 from vlm_fastpath.kimi_integration._numba_resample import (
     BLOCK_ROWS,
     _vertical,
@@ -79,28 +81,30 @@ def _row_of(gy, gx, grid_w, m):  # noqa: ANN001
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _fill_patch(src, planar, cs, lut, flat, idx, grid_w, p, m, t):  # noqa: ANN001
-    """Output row ``idx`` (merge order) from the resized frame ``src``."""
-    blocks_w = grid_w // m
-    per_block = m * m
-    blk = idx // per_block
-    within = idx - blk * per_block
-    by = blk // blocks_w
-    bx = blk - by * blocks_w
-    my = within // m
-    mx = within - my * m
-    y0 = (by * m + my) * p
-    x0 = (bx * m + mx) * p
-    _write_patch(src, planar, cs, lut, flat, np.uint64(idx * 3 * t * p * p), y0, x0, p, t)
+def _write_patch_row(src, planar, cs, lut, stage, flat, gy, y0, grid_w, p, m, t):  # noqa: ANN001, PLR0913
+    """Patch row ``gy`` (its top sample row is ``y0`` of ``src``; layouts as
+    :func:`_write_patch`) into ``flat``. The ``m`` patches of one merge-block row are
+    adjacent output rows: they are made in ``stage`` (``m`` rows, cache-resident), then
+    streamed out (``_numba_stream``) when the output is large. Ends with a store fence."""
+    per_patch = 3 * t * p * p
+    stream = flat.nbytes >= STREAM_MIN_BYTES
+    for gx0 in range(0, grid_w, m):
+        for k in range(m):
+            _write_patch(src, planar, cs, lut, stage, np.uint64(k * per_patch), y0,
+                         (gx0 + k) * p, p, t)
+        stream_copy(flat, _row_of(gy, gx0, grid_w, m) * per_patch, stage, 0, m * per_patch,
+                    stream)
+    store_fence()
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def patchify_parallel(src, planar, cs, lut, out, grid_w, p, m, t):  # noqa: ANN001
-    """Every patch of one frame (``src``/``planar``: see :func:`_fill_patch`), spread over
-    numba's threads (one image: all cores)."""
+    """Every patch of one frame (``src``/``planar``: see :func:`_write_patch`), one patch row
+    per iteration over numba's threads (one image: all cores)."""
     flat = out.reshape(out.size)
-    for idx in prange(out.shape[0]):
-        _fill_patch(src, planar, cs, lut, flat, idx, grid_w, p, m, t)
+    for gy in prange(out.shape[0] // grid_w):
+        stage = np.empty(m * out.shape[1], out.dtype)
+        _write_patch_row(src, planar, cs, lut, stage, flat, gy, gy * p, grid_w, p, m, t)
 
 
 @njit(cache=True, nogil=True)
@@ -108,8 +112,9 @@ def patchify_serial(src, planar, cs, lut, out, grid_w, p, m, t):  # noqa: ANN001
     """Every patch of one frame on the calling thread; releases the GIL so a thread pool can
     run many frames at once without touching numba's threading layer."""
     flat = out.reshape(out.size)
-    for idx in range(out.shape[0]):
-        _fill_patch(src, planar, cs, lut, flat, idx, grid_w, p, m, t)
+    stage = np.empty(m * out.shape[1], out.dtype)
+    for gy in range(out.shape[0] // grid_w):
+        _write_patch_row(src, planar, cs, lut, stage, flat, gy, gy * p, grid_w, p, m, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -119,13 +124,14 @@ def _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, p
     horizontally resized frame, held as row bands (``bands[b]`` holds rows ``band_starts[b]``
     up to ``band_starts[b + 1]``; layouts as :func:`_write_patch`), into a small row buffer,
     then its ``grid_w`` patches. Per output row and plane, the taps run as whole-row
-    multiply-adds in int32 (vectorized by LLVM), torch's own arithmetic: the sum plus half an
-    LSB, shifted right by ``precision``, clamped to 0..255."""
+    multiply-adds in int32 (``_numba_int32``; vectorized by LLVM), torch's own arithmetic:
+    the sum plus half an LSB, shifted right by ``precision``, clamped to 0..255."""
     planes = bands[0].shape[0]
     length = bands[0].shape[2]
     buf = np.empty((planes, p, length), dtype=np.uint8)
     acc = np.empty(length, dtype=np.int32)
     half = np.int32(1 << (precision - 1))
+    sh = np.int32(precision)
     for r in range(p):
         y = gy * p + r
         first = starts[y]
@@ -139,15 +145,12 @@ def _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, p
                     b += 1
                 line = bands[b][c, row_in - band_starts[b]]
                 for x in range(length):
-                    acc[x] += w * np.int32(line[x])
+                    acc[x] = mad32(acc[x], w, line[x])
             row = buf[c, r]
             for x in range(length):
-                v = acc[x] >> precision
-                row[x] = 0 if v < 0 else (255 if v > 255 else v)
-    per_patch = 3 * t * p * p
-    for gx in range(grid_w):
-        o = np.uint64(_row_of(gy, gx, grid_w, m) * per_patch)
-        _write_patch(buf, planar, cs, lut, flat, o, 0, gx * p, p, t)
+                row[x] = shift_to_byte(acc[x], sh)
+    stage = np.empty(m * 3 * t * p * p, flat.dtype)
+    _write_patch_row(buf, planar, cs, lut, stage, flat, gy, 0, grid_w, p, m, t)
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -200,7 +203,7 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
     spare = np.empty(ow, np.uint8)
     buf = np.empty((3, p, ow), np.uint8)
     acc = np.empty(ow, np.int32)
-    per_patch = 3 * t * p * p
+    stage = np.empty(m * 3 * t * p * p, out.dtype)
     done = starts[g0 * p]  # next source row to resample
     for gy in range(g0, g1):
         for r in range(p):
@@ -214,6 +217,4 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
             for c in range(3):
                 _vertical(ring[c], starts[y], sizes[y], weights[y], slots, acc, buf[c, r],
                           precision)
-        for gx in range(grid_w):
-            o = np.uint64(_row_of(gy, gx, grid_w, m) * per_patch)
-            _write_patch(buf, True, 3, lut, flat, o, 0, gx * p, p, t)
+        _write_patch_row(buf, True, 3, lut, stage, flat, gy, 0, grid_w, p, m, t)
