@@ -358,11 +358,15 @@ def _emit_patch_row(rows, gy, width, lut, flat, grid_w, p, stage):  # noqa: ANN0
 
 @njit(cache=True, nogil=True)
 def resize_patchify_band(  # noqa: ANN201, PLR0913, PLR0912
-    src, cs, xmin, xw, ymin, ycnt, yw, need_h, need_v, vertical_first,
+    src, cs, top, in_h, xmin, xw, ymin, ycnt, yw, need_h, need_v, vertical_first,
     lut, out, grid_w, p, g0, g1,  # noqa: ANN001
 ):
-    """Patch rows ``g0 .. g1`` of ``out`` from ``src`` (uint8 ``[H, W*cs]``: RGB, or
+    """Patch rows ``g0 .. g1`` of ``out`` from ``src`` (uint8 ``[rows, W*cs]``: RGB, or
     Pillow's own RGBX memory when ``cs`` is 4; rows are compacted to RGB as they are read).
+
+    ``src`` holds source rows ``top .. top + rows`` of an image ``in_h`` rows tall: the whole
+    image (``top`` 0), or only the rows this band reads (a strip copied out of Pillow's
+    blocks, :func:`.resample.strip_rows`).
 
     ``xmin``/``xw``: the horizontal taps, padded to one count (:func:`_horizontal_columns`);
     ``ymin``/``ycnt``/``yw``: the vertical ones as Pillow computes them.
@@ -371,10 +375,9 @@ def resize_patchify_band(  # noqa: ANN201, PLR0913, PLR0912
     The ``p`` rows of one patch row are made into ``rows``, then written out as patches.
     """
     flat = out.reshape(out.size)
-    height = src.shape[0]
     width = src.shape[1] // cs
     out_w = xmin.shape[0] if need_h else width
-    out_h = ymin.shape[0] if need_v else height
+    out_h = ymin.shape[0] if need_v else in_h
     n = out_w * 3
     ring_mode = need_v and need_h and not vertical_first
     # Patch rows made at once: one in ring mode (the ring holds the horizontal rows), else
@@ -413,28 +416,28 @@ def resize_patchify_band(  # noqa: ANN201, PLR0913, PLR0912
                 stop = ymin[y] + ycnt[y]
                 while done < stop:
                     count_b = min(block, stop_all - done)
-                    _resample_rows(src, cs, done, count_b, xmin, xw, _SHIFT, cols, hcols, acc_h,
-                                   ring, done, slots, spare)
+                    _resample_rows(src, cs, done - top, count_b, xmin, xw, _SHIFT, cols, hcols,
+                                   acc_h, ring, done, slots, spare)
                     done += count_b
                 _vertical(ring, ymin[y], ycnt[y], yw[y], slots, acc, rows[r])
         elif need_h and count > 0:
             if need_v:  # vertical first: these rows' vertical pass, then across them
                 for r in range(count):
                     y = y0 + r
-                    _vertical(src, ymin[y], ycnt[y], yw[y], 0, acc, vrows[r])
+                    _vertical(src, ymin[y] - top, ycnt[y], yw[y], 0, acc, vrows[r])
                 _resample_rows(vrows, cs, 0, count, xmin, xw, _SHIFT, cols, hcols, acc_h, rows,
                                0, made, spare)
             else:
-                _resample_rows(src, cs, y0, count, xmin, xw, _SHIFT, cols, hcols, acc_h, rows,
-                               0, made, spare)
+                _resample_rows(src, cs, y0 - top, count, xmin, xw, _SHIFT, cols, hcols, acc_h,
+                               rows, 0, made, spare)
         elif need_v:
             for r in range(count):
                 y = y0 + r
-                _vertical(src, ymin[y], ycnt[y], yw[y], 0, acc, wide)
+                _vertical(src, ymin[y] - top, ycnt[y], yw[y], 0, acc, wide)
                 _compact(wide, cs, rows[r])
         else:
             for r in range(count):
-                _compact(src[y0 + r], cs, rows[r])
+                _compact(src[y0 + r - top], cs, rows[r])
         for gy in range(ga, gb):
             _emit_patch_row(rows[(gy - ga) * p:(gy - ga + 1) * p], gy, out_w, lut, flat,
                             grid_w, p, stage)

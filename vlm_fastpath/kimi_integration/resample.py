@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import PIL
+from PIL import Image
 
 from .. import settings
 from .band_pool import TaskGroup, get_band_pool
@@ -36,7 +37,7 @@ from .image_input import _unwrap, check_pixel_count, to_rgb_image
 from .navit_resize import ResizePlan
 from .normalize_lut import identity_lut
 from .pillow_coeffs import pillow_coefficients, pillow_version, vertical_first
-from .pillow_pixels import rgbx_copy, rgbx_view
+from .pillow_pixels import can_copy_rows, copy_rows, rgbx_copy, rgbx_view
 from .resize_pool import THREADS_ENV, default_workers
 from .tap_windows import pad_windows
 
@@ -55,6 +56,11 @@ against that release's own ``Image.resize`` (in-process or in a subprocess)."""
 VERIFIED_MACHINES = frozenset({"x86_64", "AMD64"})
 
 BANDS_PER_WORKER = 3  # enough bands per worker to even out uneven images and busy cores
+
+# Source bytes one band copies out of Pillow's blocks at a time (an image too large for one
+# Pillow block cannot be read in place): a 4032x3024 photo's whole copy was 47 MiB, 1.25x the
+# 37 MiB float32 output; strips of this size keep every worker's copy small and in cache.
+STRIP_BYTES = 2 << 20
 
 
 class _Numba:
@@ -160,14 +166,15 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return view
 
 
-def frame_pixels(frame: Any) -> tuple[np.ndarray, int, Any]:
-    """``(pixels, bytes per pixel, keepalive)``: uint8 ``[H, W*cs]`` RGB(X) bytes of any
-    supported input, as ``convert("RGB")`` makes them.
+def frame_source(frame: Any) -> tuple[np.ndarray | Image.Image, int, Any]:
+    """``(source, bytes per pixel, keepalive)`` of any supported input, as
+    ``convert("RGB")`` makes it: uint8 ``[H, W*cs]`` RGB(X) bytes, or an RGB image held in
+    many Pillow blocks, whose rows the reader copies itself (:func:`.pillow_pixels.copy_rows`,
+    ``cs`` 4) a strip at a time.
 
     A uint8 HxWx3 array is used as it is (no PIL round trip); an RGB image is read in place
-    when Pillow can export its memory, else copied by Pillow (both RGBX, ``cs`` = 4:
-    :mod:`.pillow_pixels`); everything else is converted with
-    :func:`.image_input.to_rgb_image` first.
+    when Pillow can export its memory (RGBX, ``cs`` = 4: :mod:`.pillow_pixels`); everything
+    else is converted with :func:`.image_input.to_rgb_image` first.
     """
     obj = _unwrap(frame)
     if isinstance(obj, np.ndarray) and obj.dtype == np.uint8 and obj.ndim == 3:
@@ -179,24 +186,41 @@ def frame_pixels(frame: Any) -> tuple[np.ndarray, int, Any]:
         view = rgbx_view(image)
         if view is not None:
             return view[0], 4, view[1]
-        copied = rgbx_copy(image)
-        if copied is not None:
-            return copied, 4, None
+        if can_copy_rows(image):
+            return image, 4, None
         array = np.asarray(image)
     except OSError as exc:  # truncated or corrupt encoded data surfaces at load time
         raise KimiInputError(f"cannot decode image: {exc}") from exc
     return _readonly(array.reshape(array.shape[0], array.shape[1] * 3)), 3, None
 
 
+def frame_pixels(frame: Any) -> tuple[np.ndarray, int, Any]:
+    """``(pixels, bytes per pixel, keepalive)``: :func:`frame_source`, with an image in many
+    Pillow blocks copied out whole (RGBX)."""
+    source, cs, keepalive = frame_source(frame)
+    if isinstance(source, Image.Image):
+        copied = rgbx_copy(source)
+        if copied is None:  # pragma: no cover - can_copy_rows tried the same copy
+            array = np.asarray(source)
+            return _readonly(array.reshape(array.shape[0], array.shape[1] * 3)), 3, None
+        return copied, 4, None
+    return source, cs, keepalive
+
+
 # -- the kernel --------------------------------------------------------------------------------
 def _band_args(
-    pixels: np.ndarray, cs: int, out_w: int, out_h: int, filter_name: str
+    pixels: np.ndarray | Image.Image, cs: int, out_w: int, out_h: int, filter_name: str
 ) -> tuple[Any, ...]:
-    in_h, in_w = pixels.shape[0], pixels.shape[1] // cs
+    """The kernel's arguments up to the pass order (``pixels`` first: for a strip source,
+    the image, which :func:`_run_strip_band` replaces by each strip and its first row)."""
+    if isinstance(pixels, Image.Image):
+        in_w, in_h = pixels.size
+    else:
+        in_h, in_w = pixels.shape[0], pixels.shape[1] // cs
     xmin, xw = _padded_axis(in_w, out_w, filter_name)
     ymin, ycnt, yw = _axis(in_h, out_h, filter_name)
     order = vertical_first(in_w, in_h, out_w, out_h, pillow_version())
-    return (pixels, cs, xmin, xw, ymin, ycnt, yw, in_w != out_w, in_h != out_h, order)
+    return (pixels, cs, 0, in_h, xmin, xw, ymin, ycnt, yw, in_w != out_w, in_h != out_h, order)
 
 
 def _run_band(args: tuple[Any, ...], lut: np.ndarray, out: np.ndarray, grid_w: int, p: int,
@@ -205,6 +229,52 @@ def _run_band(args: tuple[Any, ...], lut: np.ndarray, out: np.ndarray, grid_w: i
     kernel = _NUMBA.load()
     assert kernel is not None
     kernel(*args, lut, out, grid_w, p, g0, g1)
+
+
+def strip_spans(ymin: np.ndarray, ycnt: np.ndarray, need_v: bool, in_h: int, p: int,
+                g0: int, g1: int, budget: int) -> list[tuple[int, int, int, int]]:
+    """Patch rows ``g0 .. g1`` cut into runs ``(a, b, top, bottom)``: patch rows ``a .. b``
+    read source rows ``top .. bottom`` only, at most ``budget`` of them unless one patch row
+    alone needs more. The vertical taps say which rows an output row reads (Pillow's windows
+    only move down), or without a vertical pass the output row is its source row."""
+    out_h = ymin.shape[0] if need_v else in_h
+    spans: list[tuple[int, int, int, int]] = []
+    a, top, bottom = g0, -1, -1
+    for g in range(g0, g1):
+        y0, y1 = g * p, min((g + 1) * p, out_h)
+        if y1 <= y0:  # padding rows only: nothing to read
+            continue
+        if need_v:
+            lo = int(ymin[y0:y1].min())
+            hi = int((ymin[y0:y1] + ycnt[y0:y1]).max())
+        else:
+            lo, hi = y0, y1
+        if top >= 0 and max(bottom, hi) - min(top, lo) > budget:
+            spans.append((a, g, top, bottom))
+            a, top, bottom = g, -1, -1
+        top = lo if top < 0 else min(top, lo)
+        bottom = max(bottom, hi)
+    spans.append((a, g1, max(top, 0), max(bottom, 0)))
+    return spans
+
+
+def _run_strip_band(args: tuple[Any, ...], lut: np.ndarray, out: np.ndarray, grid_w: int,
+                    p: int, g0: int, g1: int) -> None:
+    """One band of an image held in many Pillow blocks: each run of :func:`strip_spans` is
+    copied out of Pillow's memory into one small buffer of this band, then resampled from
+    there; only that buffer, never a copy of the whole image, is held."""
+    kernel = _NUMBA.load()
+    assert kernel is not None
+    image, cs, _, in_h, rest = args[0], args[1], args[2], args[3], args[4:]
+    ymin, ycnt, need_v = rest[2], rest[3], rest[6]
+    row_bytes = image.size[0] * 4
+    spans = strip_spans(ymin, ycnt, need_v, in_h, p, g0, g1, max(1, STRIP_BYTES // row_bytes))
+    buffer = np.empty((max(b - t for _, _, t, b in spans), row_bytes), np.uint8)
+    for a, b, top, bottom in spans:
+        copy_rows(image, top, bottom, buffer[: bottom - top])
+        strip = buffer[: bottom - top].view()
+        strip.setflags(write=False)  # the kernel's one read-only specialization
+        kernel(strip, cs, top, in_h, *rest, lut, out, grid_w, p, a, b)
 
 
 def band_count(grid_h: int, share: float, workers: int) -> int:
@@ -222,8 +292,8 @@ def submit_frame(
     filter_name: str = "bicubic",
 ) -> None:
     """Decode ``frame`` here, then queue its bands (urgent: they free the source first)."""
-    pixels, cs, keepalive = frame_pixels(frame)
-    args = _band_args(pixels, cs, plan.new_width, plan.new_height, filter_name)
+    source, cs, keepalive = frame_source(frame)
+    args = _band_args(source, cs, plan.new_width, plan.new_height, filter_name)
     lut = _readonly(lut)
     _submit_bands(group, args, lut, dest, plan.grid_w, plan.patch_size, plan.grid_h, bands,
                   keepalive, urgent=True)
@@ -234,8 +304,13 @@ def _submit_bands(group: TaskGroup, args: tuple[Any, ...], lut: np.ndarray, dest
                   urgent: bool = False) -> None:
     """Queue patch rows ``0 .. grid_h`` of one frame as ``bands`` tasks of ``_run_band``."""
     edges = [round(i * grid_h / bands) for i in range(bands + 1)]
+    strips = isinstance(args[0], Image.Image)
     for g0, g1 in zip(edges[:-1], edges[1:], strict=True):
-        if g1 > g0:
+        if g1 <= g0:
+            continue
+        if strips:
+            group.submit(_run_strip_band, args, lut, dest, grid_w, p, g0, g1, urgent=urgent)
+        else:
             group.submit(_run_band, args, lut, dest, grid_w, p, g0, g1, keepalive, urgent=urgent)
 
 
@@ -281,8 +356,6 @@ def warm_up() -> float:
             return 0.0
         start = time.perf_counter()
         try:
-            from PIL import Image
-
             array = np.arange(5 * 6 * 3, dtype=np.uint8).reshape(5, 6, 3)
             for frame in (array, Image.fromarray(array)):
                 pixels, cs, keepalive = frame_pixels(frame)
@@ -318,13 +391,11 @@ def resize_rgb(frame: Any, width: int, height: int, filter_name: str = "bicubic"
     ):
         raise ValueError(f"need a uint8 HxWx3 array, got {array.dtype} {array.shape}")
     if not kernel_enabled():
-        from PIL import Image
-
         image = Image.fromarray(array) if isinstance(array, np.ndarray) else to_rgb_image(frame)
         resample = Image.Resampling[filter_name.upper()]
         return np.asarray(image.resize((width, height), resample)).copy()
-    pixels, cs, keepalive = frame_pixels(frame)
-    args = _band_args(pixels, cs, width, height, filter_name)
+    source, cs, keepalive = frame_source(frame)
+    args = _band_args(source, cs, width, height, filter_name)
     out = np.empty((height * width, 3, 1, 1), dtype=np.uint8)
     pool = get_band_pool()
     group = pool.group()

@@ -1,0 +1,142 @@
+"""Images held in many Pillow blocks (large photos, under Pillow's 16 MiB blocks) are read a
+strip at a time by the resampler's bands, never copied whole: against Pillow itself.
+
+The images are made small in many blocks (``pillow_blocks``) and the strip budget is made a
+few rows (``resample.STRIP_BYTES``), so every case cuts bands into many strips, in every pass
+order: horizontal first (ring), vertical first, one side only, no resize at all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from PIL import Image
+
+from tests.support.pillow_blocks import pillow_blocks
+from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
+from vlm_fastpath.kimi_integration.pillow_pixels import rgbx_view
+from vlm_fastpath.kimi_integration.resample import resize_rgb
+
+from .helpers import assert_parity, img, rand_array, video
+from .reference_kimi import CLIP_CFG, KIMI_K25_CFG
+from .resample_cases import SMALL
+from .test_resample import SETTINGS, _assert_same, _pil, image_sizes, needs_kernel, size_pairs
+
+pytestmark = needs_kernel
+
+
+def _many_blocks(array: np.ndarray) -> Image.Image:
+    with pillow_blocks(one_block=False):
+        return Image.fromarray(array)
+
+
+@pytest.fixture
+def strip_calls(monkeypatch):
+    """Every ``(top, bottom)`` a band copies out of Pillow's memory; whole-image copies fail."""
+    calls: list[tuple[int, int]] = []
+    real = resample.copy_rows
+
+    def spy(image, top, bottom, out):
+        calls.append((top, bottom))
+        real(image, top, bottom, out)
+
+    def whole_copy(*_args, **_kwargs):
+        raise AssertionError("the resampler copied a whole many-block image")
+
+    monkeypatch.setattr(resample, "copy_rows", spy)
+    monkeypatch.setattr(resample, "rgbx_copy", whole_copy)
+    return calls
+
+
+@SETTINGS
+@given(
+    size=image_sizes(),
+    limit=st.integers(4, 2000),
+    side=st.integers(2, 80),
+    patch=st.sampled_from([7, 14, 16]),
+    clip=st.booleans(),
+    uint8=st.booleans(),
+    strip_rows=st.integers(1, 64),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_processor_parity_from_strips(monkeypatch, strip_calls, size, limit, side, patch, clip,
+                                      uint8, strip_rows, seed):
+    base = CLIP_CFG if clip else KIMI_K25_CFG
+    cfg = dict(base, in_patch_limit=limit, patch_limit_on_one_side=side, patch_size=patch)
+    image = _many_blocks(rand_array(seed, *size))
+    monkeypatch.setattr(resample, "STRIP_BYTES", strip_rows * size[0] * 4)
+    assert_parity(FusedKimiProcessor(cfg), [img(image)], cfg, uint8=uint8)
+
+
+@SETTINGS
+@given(sizes=size_pairs(), filter_name=st.sampled_from(["bicubic", "bilinear", "lanczos"]),
+       strip_rows=st.integers(1, 40), seed=st.integers(0, 2**16))
+def test_bare_resampler_from_strips(monkeypatch, strip_calls, sizes, filter_name, strip_rows,
+                                    seed):
+    """1-pixel patches: every output row is a patch row, so strips are cut at any row; widths
+    or heights kept as they are run the kernel without that pass."""
+    w, h, ow, oh = sizes
+    array = rand_array(seed, w, h)
+    monkeypatch.setattr(resample, "STRIP_BYTES", strip_rows * w * 4)
+    got = resize_rgb(_many_blocks(array), ow, oh, filter_name)
+    _assert_same(got, _pil(array, ow, oh, filter_name))
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [(500, 300, 500, 140), (300, 500, 140, 500), (700, 90, 300, 90), (64, 900, 64, 300),
+     (40, 900, 30, 200), (333, 251, 900, 700)],
+    ids=["height-only", "width-only", "width-only-wide", "height-only-tall", "vertical-first",
+         "upscale"],
+)
+def test_one_pass_and_pass_orders_from_strips(monkeypatch, strip_calls, sizes):
+    w, h, ow, oh = sizes
+    array = rand_array(sum(sizes), w, h)
+    monkeypatch.setattr(resample, "STRIP_BYTES", 7 * w * 4)
+    _assert_same(resize_rgb(_many_blocks(array), ow, oh), _pil(array, ow, oh))
+    assert len(strip_calls) > 3
+
+
+def test_strips_stay_within_the_budget(monkeypatch, strip_calls):
+    """No band holds more than its budget of source rows (unless one patch row needs more),
+    the strips of a band overlap only by the vertical taps, and nothing is copied whole."""
+    width, height = 1200, 1500
+    array = rand_array(5, width, height)
+    image = _many_blocks(array)
+    assert rgbx_view(image) is None  # what a large photo is
+    cfg = dict(KIMI_K25_CFG, in_patch_limit=3000)  # about 0.57x: ~25 source rows a patch row
+    budget = 100
+    monkeypatch.setattr(resample, "STRIP_BYTES", budget * width * 4)
+    processor = FusedKimiProcessor(cfg)
+    plan = processor.plan(img(image))
+    assert plan.patch_size * height / plan.new_height < budget / 3
+    assert_parity(processor, [img(image)], cfg)
+    assert len(strip_calls) >= height // budget
+    assert all(bottom - top <= budget for top, bottom in strip_calls)
+    assert sum(bottom - top for top, bottom in strip_calls) < 1.5 * height
+
+
+def test_video_chunk_of_unresized_frames_from_strips(monkeypatch, strip_calls):
+    """Frames kept at their size (no pass at all) are copied strip by strip too."""
+    cfg = dict(KIMI_K25_CFG, in_patch_limit=100_000)
+    frames = [_many_blocks(rand_array(40 + i, 280, 196)) for i in range(4)]
+    monkeypatch.setattr(resample, "STRIP_BYTES", 20 * 280 * 4)
+    out = assert_parity(FusedKimiProcessor(cfg), [video(frames)], cfg)
+    assert out["grid_thws"].tolist()[0][1:] == [196 // 14, 280 // 14]
+    assert strip_calls
+
+
+def test_strip_spans_cover_every_patch_row():
+    ymin, ycnt, _ = resample._axis(1000, 300, "bicubic")
+    for budget in (1, 10, 57, 10_000):
+        for g0, g1 in ((0, 22), (3, 9), (21, 22)):
+            spans = resample.strip_spans(ymin, ycnt, True, 1000, 14, g0, g1, budget)
+            assert spans[0][0] == g0 and spans[-1][1] == g1
+            assert all(a < b for a, b, _, _ in spans)
+            assert all(s[1] == t[0] for s, t in zip(spans, spans[1:], strict=False))
+            for a, b, top, bottom in spans:
+                rows = range(a * 14, min(b * 14, 300))
+                assert top == min(int(ymin[y]) for y in rows)
+                assert bottom == max(int(ymin[y] + ycnt[y]) for y in rows)
