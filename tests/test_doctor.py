@@ -108,4 +108,4 @@ def test_doctor_reports_the_output_pool(monkeypatch) -> None:  # noqa: ANN001
     assert "output pool: up to 64 MiB kept" in proc.stdout
     monkeypatch.delenv("VLM_FASTPATH_BUFFER_POOL_MB")
     pool = json.loads(_doctor("--json").stdout)["resampler"]["output_pool"]
-    assert pool["limit_mb"] == 256 and pool["idle_mb"] == 0 and pool["reused"] == 0
+    assert pool["limit_mb"] == 512 and pool["idle_mb"] == 0 and pool["reused"] == 0

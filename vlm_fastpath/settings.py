@@ -27,12 +27,12 @@ VARIABLES: dict[str, str] = {
     "VLM_FASTPATH_DEFER_RESIZE": "resize backend of the deferred owner: auto, pillow or torch",
     "VLM_FASTPATH_FAULT_LIMIT": "run-time faults of one patch's fast path before it is disabled "
     "for the process (default 3)",
-    "VLM_FASTPATH_BUFFER_POOL_MB": "MiB of freed processor outputs kept for reuse (default 256; "
+    "VLM_FASTPATH_BUFFER_POOL_MB": "MiB of freed processor outputs kept for reuse (default 512; "
     "0 keeps none)",
 }
 
 DEFAULT_FAULT_LIMIT = 3
-DEFAULT_BUFFER_POOL_MB = 256
+DEFAULT_BUFFER_POOL_MB = 512  # one 8x2048² Kimi or 4032x3024 Qwen float32 output (~300 MB)
 
 
 def _raw(name: str, default: str = "") -> str:

@@ -21,7 +21,6 @@ from vlm_fastpath.kimi_integration.resample import resize_rgb
 
 from .helpers import assert_parity, img, rand_array, video
 from .reference_kimi import CLIP_CFG, KIMI_K25_CFG
-from .resample_cases import SMALL
 from .test_resample import SETTINGS, _assert_same, _pil, image_sizes, needs_kernel, size_pairs
 
 pytestmark = needs_kernel

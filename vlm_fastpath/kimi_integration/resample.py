@@ -5,7 +5,9 @@ again to pad, normalize and patchify. Here a numba kernel does Pillow's two 8-bi
 (the same integer weights, from :mod:`.pillow_coeffs`) band by band and writes each finished
 row straight into its output patches, so the resized image is never stored, only 3 channels
 are computed (Pillow computes RGBX), and the bands of one image run on every worker of
-:mod:`.band_pool` at once.
+:mod:`.band_pool` at once. The source is read where Pillow keeps it (one memory block), or,
+for an image in many blocks (an RGB photo over about 4 MP), a strip of rows at a time that
+each band copies out itself (:func:`strip_spans`): no copy of the whole image is held.
 
 Exactness depends on the Pillow release (the pass order changed, see
 :mod:`.pillow_coeffs`), so the kernel runs only for releases whose rule a test verified
