@@ -183,19 +183,27 @@ def image_sizes(draw):
     return draw(st.integers(1, 700)), draw(st.integers(1, 700))
 
 
-@SETTINGS
-@given(
-    size=image_sizes(),
-    limit=st.integers(4, 2000),
-    side=st.integers(2, 80),
-    patch=st.sampled_from([7, 14, 16]),
-    clip=st.booleans(),
-    uint8=st.booleans(),
-    seed=st.integers(0, 2**32 - 1),
-)
-def test_processor_resizing_parity(size, limit, side, patch, clip, uint8, seed):
+# A processor case: image size, patch limits and size, CLIP or Kimi statistics, output dtype.
+PROCESSOR_CASES = {
+    "size": image_sizes(),
+    "limit": st.integers(4, 2000),
+    "side": st.integers(2, 80),
+    "patch": st.sampled_from([7, 14, 16]),
+    "clip": st.booleans(),
+    "uint8": st.booleans(),
+    "seed": st.integers(0, 2**32 - 1),
+}
+
+
+def case_config(limit: int, side: int, patch: int, clip: bool) -> dict:
     base = CLIP_CFG if clip else KIMI_K25_CFG
-    cfg = dict(base, in_patch_limit=limit, patch_limit_on_one_side=side, patch_size=patch)
+    return dict(base, in_patch_limit=limit, patch_limit_on_one_side=side, patch_size=patch)
+
+
+@SETTINGS
+@given(**PROCESSOR_CASES)
+def test_processor_resizing_parity(size, limit, side, patch, clip, uint8, seed):
+    cfg = case_config(limit, side, patch, clip)
     image = Image.fromarray(rand_array(seed, *size))
     assert_parity(FusedKimiProcessor(cfg), [img(image)], cfg, uint8=uint8)
 

@@ -20,8 +20,16 @@ from vlm_fastpath.kimi_integration.pillow_pixels import rgbx_view
 from vlm_fastpath.kimi_integration.resample import resize_rgb
 
 from .helpers import assert_parity, img, rand_array, video
-from .reference_kimi import CLIP_CFG, KIMI_K25_CFG
-from .test_resample import SETTINGS, _assert_same, _pil, image_sizes, needs_kernel, size_pairs
+from .reference_kimi import KIMI_K25_CFG
+from .test_resample import (
+    PROCESSOR_CASES,
+    SETTINGS,
+    _assert_same,
+    _pil,
+    case_config,
+    needs_kernel,
+    size_pairs,
+)
 
 pytestmark = needs_kernel
 
@@ -50,20 +58,10 @@ def strip_calls(monkeypatch):
 
 
 @SETTINGS
-@given(
-    size=image_sizes(),
-    limit=st.integers(4, 2000),
-    side=st.integers(2, 80),
-    patch=st.sampled_from([7, 14, 16]),
-    clip=st.booleans(),
-    uint8=st.booleans(),
-    strip_rows=st.integers(1, 64),
-    seed=st.integers(0, 2**32 - 1),
-)
+@given(strip_rows=st.integers(1, 64), **PROCESSOR_CASES)
 def test_processor_parity_from_strips(monkeypatch, strip_calls, size, limit, side, patch, clip,
                                       uint8, strip_rows, seed):
-    base = CLIP_CFG if clip else KIMI_K25_CFG
-    cfg = dict(base, in_patch_limit=limit, patch_limit_on_one_side=side, patch_size=patch)
+    cfg = case_config(limit, side, patch, clip)
     image = _many_blocks(rand_array(seed, *size))
     monkeypatch.setattr(resample, "STRIP_BYTES", strip_rows * size[0] * 4)
     assert_parity(FusedKimiProcessor(cfg), [img(image)], cfg, uint8=uint8)
