@@ -9,6 +9,8 @@ Contenders (each timed on the same fresh images, rounds interleaved, median afte
 - floor: Pillow resize of the same batch on all cores + one write of an output-sized tensor.
 Every contender's output is checked against the reference before timing (bit-exact).
 Workloads with ``threads > 1`` are timed as that many Python threads calling at once.
+Peak extra memory (RSS growth, sampled every millisecond) comes from separate, untimed
+rounds, so the sampler thread never competes with a timed call for the cores.
 
 Then, in fresh subprocesses (``--first-calls``): the median of the first 16 calls of a
 process on 1x2048x2048 and the first call's cost (numba import + kernel cache load or
@@ -127,6 +129,11 @@ def _pillow_alone(workers: int) -> Callable[[list[dict]], torch.Tensor]:
     return run
 
 
+# Peak memory is sampled in rounds of its own after the timed ones: the sampler thread wakes
+# every millisecond, and on 2 cores it took a core from the timed call (same process: ours
+# 1x2048² 13.8 ms unsampled vs 19.8 sampled, 8x2048² 92 vs 125 ms).
+MEMORY_ROUNDS = 2
+
 NOT_CHECKED = frozenset({"floor", "pillow-1thr", "pillow-all"})  # no pixel_values to compare
 # vLLM's fused processor launches numba parallel=True kernels on the workqueue layer, which
 # aborts the whole process when two Python threads enter it at once: no concurrent rows.
@@ -190,18 +197,24 @@ def bench_workload(
     peaks: dict[str, int] = {name: 0 for name in fns}
     bar = _progress(repeats * len(fns), workload.name)
     names = list(fns)
-    for round_ in range(repeats):
+    for round_ in range(repeats + MEMORY_ROUNDS):
         # Rotate the order each round so no contender always runs right after another.
         shift = round_ % len(names)
         for name in names[shift:] + names[:shift]:
             fn = fns[name]
             gc.collect()
+            if round_ >= repeats:  # memory rounds: the RSS sampler runs, not timed
+                result, _, peak = measure_peak(lambda fn=fn: fn(medias))
+                del result
+                peaks[name] = max(peaks[name], peak)
+                continue
             cpu0 = time.process_time()
-            result, seconds, peak = measure_peak(lambda fn=fn: fn(medias))
+            t0 = time.perf_counter()
+            result = fn(medias)
+            seconds = time.perf_counter() - t0
             cpu[name].append((time.process_time() - cpu0) * 1000)
             del result
             times[name].append(seconds * 1000)
-            peaks[name] = max(peaks[name], peak)
             if bar is not None:
                 bar.update(1)
     if bar is not None:
