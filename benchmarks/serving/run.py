@@ -291,6 +291,8 @@ def summarize(raw: dict) -> dict:
         "ttft_p90_ms": raw.get("p90_ttft_ms"),
         "ttft_p99_ms": raw.get("p99_ttft_ms"),
         "req_per_s": raw.get("request_throughput"),
+        "tpot_median_ms": raw.get("median_tpot_ms"),
+        "tpot_p90_ms": raw.get("p90_tpot_ms"),
         "e2el_median_ms": raw.get("median_e2el_ms"),
         "duration_s": raw.get("duration"),
     }
@@ -486,7 +488,8 @@ def table(pairs: list[dict]) -> str:
     head = (f"{'model':<5} {'images':<11} {'load':<16} "
             f"{'TTFT p50 with/without (ms)':>27} {'x':>5}  "
             f"{'p90 with/without':>17} {'p99 with/without':>17}  "
-            f"{'req/s with/without':>19} {'x':>5}  {'preproc ms with/without':>23}")
+            f"{'req/s with/without':>19} {'x':>5}  {'TPOT p50 with/without':>21}  "
+            f"{'preproc ms with/without':>23}")
     lines = [head, "-" * len(head)]
     for p in pairs:
         w, wo = p["with"], p["without"]
@@ -498,11 +501,13 @@ def table(pairs: list[dict]) -> str:
             f"{w['ttft_p90_ms']:>7.0f} / {wo['ttft_p90_ms']:>7.0f} "
             f"{w['ttft_p99_ms']:>7.0f} / {wo['ttft_p99_ms']:>7.0f}  "
             f"{w['req_per_s']:>8.3f} / {wo['req_per_s']:>8.3f} {rq or 0:>5.2f}  "
+            f"{_ms(w.get('tpot_median_ms')):>9} / {_ms(wo.get('tpot_median_ms')):>9}  "
             f"{_ms(w.get('preproc_median_ms')):>10} / {_ms(wo.get('preproc_median_ms')):>10}"
         )
     lines.append("x = without/with for TTFT (higher is better for vlm-fastpath), "
                  "with/without for req/s; preproc = median image-processor time per request")
-    lines.append("in the API server (probe), part of TTFT")
+    lines.append("in the API server (probe), part of TTFT; TPOT = time per output token after "
+                 "the first (the engine's decode, which vlm-fastpath must not slow)")
     return "\n".join(lines)
 
 
