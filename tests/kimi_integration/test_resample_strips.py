@@ -49,11 +49,15 @@ def strip_calls(monkeypatch):
         calls.append((top, bottom))
         real(image, top, bottom, out)
 
-    def whole_copy(*_args, **_kwargs):
-        raise AssertionError("the resampler copied a whole many-block image")
+    real_pixels = resample.frame_pixels
+
+    def whole_copy(frame):
+        if isinstance(resample.frame_source(frame)[0], Image.Image):
+            raise AssertionError("the resampler copied a whole many-block image")
+        return real_pixels(frame)
 
     monkeypatch.setattr(resample, "copy_rows", spy)
-    monkeypatch.setattr(resample, "rgbx_copy", whole_copy)
+    monkeypatch.setattr(resample, "frame_pixels", whole_copy)
     return calls
 
 

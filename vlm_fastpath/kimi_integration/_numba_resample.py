@@ -366,7 +366,7 @@ def resize_patchify_band(  # noqa: ANN201, PLR0913, PLR0912
 
     ``src`` holds source rows ``top .. top + rows`` of an image ``in_h`` rows tall: the whole
     image (``top`` 0), or only the rows this band reads (a strip copied out of Pillow's
-    blocks, :func:`.resample.strip_rows`).
+    blocks, :func:`.resample.strip_spans`).
 
     ``xmin``/``xw``: the horizontal taps, padded to one count (:func:`_horizontal_columns`);
     ``ymin``/``ycnt``/``yw``: the vertical ones as Pillow computes them.

@@ -21,6 +21,7 @@ and the caller copies with ``np.asarray`` as before.
 from __future__ import annotations
 
 import ctypes
+import functools
 from concurrent.futures import Executor
 from typing import Any
 
@@ -102,22 +103,30 @@ def rgbx_view(image: Image.Image) -> tuple[np.ndarray, Any] | None:
 MIN_STRIP_ROWS = 256
 
 
-def can_copy_rows(image: Image.Image) -> bool:
-    """Whether :func:`copy_rows` can read this image: RGB, on a Pillow with ``map_buffer``
-    whose ``paste`` works as expected (tried on the first row, so a Pillow whose core works
-    differently is found here and not in a worker). Loads the image (``OSError`` for corrupt
-    data, as ``np.asarray`` raises)."""
-    if image.mode != "RGB" or getattr(Image.core, "map_buffer", None) is None:
+@functools.cache
+def _paste_copies_rows() -> bool:
+    """Whether this Pillow's ``map_buffer`` + ``paste`` copy rows as :func:`copy_rows`
+    expects: tried once per process on a tiny image, whose middle row must come out as its
+    RGBX bytes (so a Pillow whose core works differently is found here, not in a worker)."""
+    if getattr(Image.core, "map_buffer", None) is None:
         return False
-    image.load()
-    if image.size[1] == 0:
-        return False
-    row = np.empty((1, image.size[0] * 4), dtype=np.uint8)
+    array = np.arange(3 * 2 * 3, dtype=np.uint8).reshape(3, 2, 3)
+    row = np.zeros((1, 2 * 4), dtype=np.uint8)
     try:
-        copy_rows(image, 0, 1, row)
+        copy_rows(Image.fromarray(array), 1, 2, row)
     except (ValueError, TypeError, AttributeError):
         return False
-    return True
+    return np.array_equal(row.reshape(2, 4)[:, :3], array[1])
+
+
+def can_copy_rows(image: Image.Image) -> bool:
+    """Whether :func:`copy_rows` can read this image: RGB, not empty, on a Pillow whose
+    ``paste`` copies rows as expected. Loads the image (``OSError`` for corrupt data, as
+    ``np.asarray`` raises)."""
+    if image.mode != "RGB" or not _paste_copies_rows():
+        return False
+    image.load()
+    return image.size[0] > 0 and image.size[1] > 0
 
 
 def copy_rows(image: Image.Image, top: int, bottom: int, out: np.ndarray) -> None:

@@ -39,7 +39,7 @@ from .image_input import _unwrap, check_pixel_count, to_rgb_image
 from .navit_resize import ResizePlan
 from .normalize_lut import identity_lut
 from .pillow_coeffs import pillow_coefficients, pillow_version, vertical_first
-from .pillow_pixels import can_copy_rows, copy_rows, rgbx_copy, rgbx_view
+from .pillow_pixels import can_copy_rows, copy_rows, rgbx_view
 from .resize_pool import THREADS_ENV, default_workers
 from .tap_windows import pad_windows
 
@@ -201,11 +201,9 @@ def frame_pixels(frame: Any) -> tuple[np.ndarray, int, Any]:
     Pillow blocks copied out whole (RGBX)."""
     source, cs, keepalive = frame_source(frame)
     if isinstance(source, Image.Image):
-        copied = rgbx_copy(source)
-        if copied is None:  # pragma: no cover - can_copy_rows tried the same copy
-            array = np.asarray(source)
-            return _readonly(array.reshape(array.shape[0], array.shape[1] * 3)), 3, None
-        return copied, 4, None
+        whole = np.empty((source.size[1], source.size[0] * 4), np.uint8)
+        copy_rows(source, 0, source.size[1], whole)
+        return _readonly(whole), 4, None
     return source, cs, keepalive
 
 
@@ -267,8 +265,7 @@ def _run_strip_band(args: tuple[Any, ...], lut: np.ndarray, out: np.ndarray, gri
     there; only that buffer, never a copy of the whole image, is held."""
     kernel = _NUMBA.load()
     assert kernel is not None
-    image, cs, _, in_h, rest = args[0], args[1], args[2], args[3], args[4:]
-    ymin, ycnt, need_v = rest[2], rest[3], rest[6]
+    image, cs, _, in_h, xmin, xw, ymin, ycnt, yw, need_h, need_v, order = args
     row_bytes = image.size[0] * 4
     spans = strip_spans(ymin, ycnt, need_v, in_h, p, g0, g1, max(1, STRIP_BYTES // row_bytes))
     buffer = np.empty((max(b - t for _, _, t, b in spans), row_bytes), np.uint8)
@@ -276,7 +273,8 @@ def _run_strip_band(args: tuple[Any, ...], lut: np.ndarray, out: np.ndarray, gri
         copy_rows(image, top, bottom, buffer[: bottom - top])
         strip = buffer[: bottom - top].view()
         strip.setflags(write=False)  # the kernel's one read-only specialization
-        kernel(strip, cs, top, in_h, *rest, lut, out, grid_w, p, a, b)
+        kernel(strip, cs, top, in_h, xmin, xw, ymin, ycnt, yw, need_h, need_v, order, lut, out,
+               grid_w, p, a, b)
 
 
 def band_count(grid_h: int, share: float, workers: int) -> int:
