@@ -25,6 +25,7 @@ class PatchStatus(StrEnum):
     UPSTREAM = "upstream"  # the engine already has an equivalent: stood aside
     NOT_NEEDED = "not-needed"  # nothing to do in this engine version (e.g. model absent)
     UNSUPPORTED_VERSION = "unsupported-version"
+    STOOD_ASIDE = "stood-aside"  # a clause of its contract fails on this release (the reason)
     DISABLED = "disabled"  # turned off by the user (VLM_FASTPATH*, apply(patches=...))
     FAILED = "failed"  # could not apply; the engine was left as it was
     FAULTED = "faulted"  # applied, then disabled for run-time faults in its fast path
@@ -140,7 +141,15 @@ class Patch:
 
     name: ClassVar[str]
     engine: ClassVar[str]  # "vllm" or "sglang"
-    versions: ClassVar[str]  # PEP 440 specifier of engine versions that need the patch
+    # PEP 440 specifier of engine versions that need the patch. A lower bound only, as a rule:
+    # a backport detects the release that has it (``upstream_equivalent``), and a patch that
+    # puts our code in place of the engine's applies wherever ``contract`` holds. An upper
+    # bound is kept only where a newer release's code cannot be told apart safely (the
+    # folder's header says why).
+    versions: ClassVar[str]
+    # True: the patch carries an upstream change into older releases. False: our code in
+    # place of the engine's (processors): no version cap, the contract decides.
+    backport: ClassVar[bool] = True
     trigger: ClassVar[str]  # module whose import makes the patch applicable
     modules: ClassVar[tuple[str, ...]] = ()  # upstream modules it touches (doctor --module)
     upstream_pr: ClassVar[str] = ""  # "owner/repo#N" of the upstream change, or "" if none
@@ -158,6 +167,44 @@ class Patch:
         """Reason string if there is nothing to patch in this engine (e.g. no such model)."""
         return None
 
+    def contract(self) -> str | None:
+        """The first clause of what the patch relies on that fails here, else None.
+
+        Checked when the patch applies, on the installed code: ``"structure: ..."`` (the
+        symbols it replaces or wraps exist with the signatures it expects) or
+        ``"behaviour: ..."`` (ours equals the engine's own on probe inputs). A failing clause
+        makes the patch stand aside (``stood-aside``) with the clause as its reason.
+        """
+        return None
+
     def apply(self, ctx: PatchContext) -> None:
         """Make the change through ``ctx``; raise to fail (the registry then undoes ``ctx``)."""
         raise NotImplementedError
+
+
+def signature_clause(owner: Any, attr: str, params: tuple[str, ...]) -> str | None:
+    """``structure: ...`` unless ``owner.attr`` is a function whose parameters start ``params``.
+
+    ``**`` in ``params`` stands for a ``**kwargs`` parameter (any name).
+    """
+    import inspect
+
+    label = f"{getattr(owner, '__name__', owner)}.{attr}"
+    func = owner.__dict__.get(attr) if hasattr(owner, "__dict__") else None
+    if func is None:
+        func = getattr(owner, attr, None)
+    if not callable(func):
+        return f"structure: {label} is missing"
+    try:
+        found = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return f"structure: {label} has no readable signature"
+    names = [
+        "**" if p.kind is inspect.Parameter.VAR_KEYWORD else p.name for p in found
+    ]
+    if names[: len(params)] != list(params):
+        return (
+            f"structure: {label}({', '.join(names)}) is not ({', '.join(params)}, ...) "
+            "as the patch expects"
+        )
+    return None

@@ -32,6 +32,7 @@ from .._log import get_logger
 from .base import Patch, PatchContext, PatchResult, PatchStatus
 from .catalog import PATCH_FOLDERS
 from .engine_versions import engine_version, release_of
+from .fingerprint import code_fingerprint, verified_releases
 
 logger = get_logger("vlm_fastpath.patches")
 
@@ -51,6 +52,29 @@ def trigger_absent(trigger: str) -> bool:
         return importlib.util.find_spec(trigger) is None
     except (ImportError, ValueError):
         return False
+
+
+def unverified_note(patch: Patch, version: str) -> str:
+    """Empty where the release sweep verified ``patch`` on this release, else a note saying not.
+
+    The note names a verified release whose patched code is byte-identical, where one is.
+    """
+    release = str(release_of(version) or version)
+    recorded = verified_releases(patch.engine, patch.name)
+    if release in recorded:
+        return ""
+    note = f"{patch.engine} {release} not verified by the sweep"
+    if recorded:
+        mine = code_fingerprint(patch.modules)
+        same = sorted((r for r, f in recorded.items() if f == mine), key=release_key)
+        if same:
+            note += f"; its patched code equals verified {same[-1]}"
+    return note
+
+
+def release_key(release: str) -> tuple[int, object]:
+    parsed = release_of(release)
+    return (0, release) if parsed is None else (1, parsed)
 
 
 def globally_disabled() -> bool:
@@ -244,6 +268,14 @@ class PatchRegistry:
             if not_needed:
                 result.status, result.reason = PatchStatus.NOT_NEEDED, not_needed
                 return result
+            unverified = unverified_note(patch, version)
+            clause = patch.contract()
+            if clause:
+                result.status = PatchStatus.STOOD_ASIDE
+                result.reason = f"contract not met: {clause}" + (
+                    f" ({unverified})" if unverified else ""
+                )
+                return result
         except Exception as exc:  # noqa: BLE001 - a detector bug must not break the engine
             result.status = PatchStatus.FAILED
             result.reason = f"detector raised {type(exc).__name__}: {exc}"
@@ -259,7 +291,7 @@ class PatchRegistry:
             )
             return result
         result.status = PatchStatus.APPLIED
-        result.reason = patch.summary
+        result.reason = patch.summary + (f" ({unverified}; contract held)" if unverified else "")
         return result
 
     # -- the wrapper stacks ---------------------------------------------------------------

@@ -315,7 +315,7 @@ def _make_expand(mm_utils):
 class VectorizedGridCountsPatch(Patch):
     name = "sglang-vectorized-mm-grid-counts"
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.13"
+    versions = ">=0.5.12"
     trigger = MM_UTILS
     modules = (MM_UTILS,)
     upstream_pr = "sgl-project/sglang#26167"

@@ -47,7 +47,7 @@ def _make_get_image_feature(original):
 class KimiK3DeferredOwnerPatch(Patch):
     name = PATCH
     engine = "sglang"
-    versions = ">=0.5.17,<0.5.18"
+    versions = ">=0.5.17"
     trigger = K3_MODEL
     modules = (K3_MODEL,)
     upstream_pr = "sgl-project/sglang#33921"

@@ -247,7 +247,7 @@ def _make_collect(original):
 class KimiK3DeferredSenderPatch(Patch):
     name = PATCH
     engine = "sglang"
-    versions = ">=0.5.17,<0.5.18"
+    versions = ">=0.5.17"
     trigger = K3_PROCESSOR
     modules = (K3_PROCESSOR,)
     upstream_pr = "sgl-project/sglang#33921"

@@ -33,7 +33,11 @@ frees). Without published server args nothing is deferred.
 Known limit (as upstream): a lazy item whose request is aborted before its last chunk is never
 released; the slot returns only with the pool.
 Upstream PR: sgl-project/sglang#31227 (0.5.16; Kimi K2.5 only; Qwen3-VL in 0.5.18).
-Versions: sglang >=0.5.12,<0.5.16.
+Versions: sglang >=0.5.12, open-ended upward: "upstream" from 0.5.16 (#31227).
+Upper bound kept (<0.5.16): ``sglang-qwen-vl-defer-ipc-marker``,
+``sglang-qwen2-5-vl-encoder-dp-owner-only`` and ``sglang-qwen3-vl-encoder-dp-owner-only``: on
+0.5.16-0.5.17 (the marker, Qwen3-VL) and from 0.5.16 (Qwen2.5-VL) the code they wrap changed in
+ways no detector of ours tells apart from "needs the backport" yet.
 Delete when: sglang <0.5.16 is no longer supported and upstream covers Qwen2.5-VL.
 """
 

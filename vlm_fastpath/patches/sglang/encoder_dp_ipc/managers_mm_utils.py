@@ -123,7 +123,7 @@ def _wrap_by_item(original):
 class IpcCacheHitReleasePatch(Patch):
     name = "sglang-ipc-cache-hit-release"
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.16"
+    versions = ">=0.5.12"
     trigger = MM_UTILS
     modules = (MM_UTILS,)
     upstream_pr = "sgl-project/sglang#31227"

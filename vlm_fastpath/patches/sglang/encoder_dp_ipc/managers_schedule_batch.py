@@ -115,7 +115,7 @@ def _make_from_processor_output(original):
 class IpcDeferredReconstructionPatch(Patch):
     name = "sglang-ipc-deferred-reconstruction"
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.16"
+    versions = ">=0.5.12"
     trigger = SCHEDULE_BATCH
     modules = (SCHEDULE_BATCH,)
     upstream_pr = "sgl-project/sglang#31227"

@@ -77,7 +77,7 @@ def _make_get_image_feature(current, kimi_g, mm_g):
 class KimiK25EncoderDpOwnerOnlyPatch(Patch):
     name = "sglang-kimi-k25-encoder-dp-owner-only"
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.16"
+    versions = ">=0.5.12"
     trigger = KIMI_K25
     modules = (KIMI_K25,)
     upstream_pr = "sgl-project/sglang#31227"

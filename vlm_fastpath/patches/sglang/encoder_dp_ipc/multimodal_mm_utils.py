@@ -184,7 +184,7 @@ def _make_run_dp_sharded(original, g):
 class EncoderDpLocalLoaderPatch(Patch):
     name = "sglang-encoder-dp-local-loader"
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.16"
+    versions = ">=0.5.12"
     trigger = MM_UTILS
     modules = (MM_UTILS,)
     upstream_pr = "sgl-project/sglang#31227"

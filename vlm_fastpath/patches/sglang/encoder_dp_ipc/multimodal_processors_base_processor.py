@@ -98,7 +98,7 @@ def _make_process_and_combine(original, g, mark=mark_deferrable):
 class KimiK25DeferIpcMarkerPatch(Patch):
     name = "sglang-kimi-k25-defer-ipc-marker"
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.16"
+    versions = ">=0.5.12"
     trigger = BASE_PROCESSOR
     modules = (BASE_PROCESSOR,)
     upstream_pr = "sgl-project/sglang#31227"

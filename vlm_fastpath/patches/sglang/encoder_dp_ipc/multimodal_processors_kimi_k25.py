@@ -156,7 +156,7 @@ def release_resizes_plainly(proc) -> bool:
 class KimiK25BatchedSameShapeResizePatch(Patch):
     name = "sglang-kimi-k25-batched-same-shape-resize"
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.16"
+    versions = ">=0.5.12"
     trigger = KIMI_PROCESSOR
     modules = (KIMI_PROCESSOR,)
     upstream_pr = "sgl-project/sglang#31227"

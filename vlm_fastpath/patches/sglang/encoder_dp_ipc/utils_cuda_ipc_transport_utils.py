@@ -93,7 +93,7 @@ def _make_acknowledge(g):
 class IpcConsumerCountPatch(Patch):
     name = "sglang-ipc-consumer-count"
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.16"
+    versions = ">=0.5.12"
     trigger = SCHEDULE_BATCH  # imports the transport; present in every release
     modules = (TRANSPORT,)
     upstream_pr = "sgl-project/sglang#31227"

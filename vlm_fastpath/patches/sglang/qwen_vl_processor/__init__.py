@@ -11,7 +11,9 @@ twin (the vLLM folder's ``adapter``), once ``check_compatible`` proved it equal.
 ``device="cuda:N"`` (SGLang's GPU preprocessing) go to transformers unchanged, and so do videos
 (the video processor is the engine's).
 Upstream PR: none (the in-tree Rust ``sglang-mm`` is the closest peer).
-Versions: sglang >=0.5.12,<0.5.24 (verified on 0.5.12.post1, 0.5.15.post1, 0.5.17, 0.5.23).
+Versions: sglang >=0.5.12 with no upper bound: applies where its contract holds (structure:
+``QwenVLImageProcessor.__init__``; behaviour: ``check_compatible``'s probes per processor
+object). Verified releases: ``verified.json``; elsewhere the status says not verified.
 Delete when: SGLang's CPU Qwen-VL preprocessing is as fast as ours on few cores.
 """
 

@@ -48,7 +48,8 @@ def _make_init(original: Any) -> Any:
 class QwenVLCpuImageProcessorPatch(Patch):
     name = PATCH
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.24"
+    versions = ">=0.5.12"  # no upper bound: the contract decides (twins are probed per object)
+    backport = False
     trigger = QWEN_VL
     modules = (QWEN_VL,)
     upstream_pr = ""
@@ -60,6 +61,12 @@ class QwenVLCpuImageProcessorPatch(Patch):
     def not_needed(self) -> str | None:
         if getattr(module(QWEN_VL), "QwenVLImageProcessor", None) is None:
             return f"{QWEN_VL} has no QwenVLImageProcessor"
+        return None
+
+    def contract(self) -> str | None:
+        cls = module(QWEN_VL).QwenVLImageProcessor
+        if not callable(cls.__dict__.get("__init__")):
+            return "structure: QwenVLImageProcessor defines no __init__"
         return None
 
     def apply(self, ctx: PatchContext) -> None:

@@ -133,7 +133,7 @@ def _sdpa_forward(original, g):
 class VisionHostMaxSeqlenPatch(Patch):
     name = PATCH
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.16"
+    versions = ">=0.5.12"
     trigger = VISION
     modules = (VISION,)
     upstream_pr = "sgl-project/sglang#30878"

@@ -130,7 +130,7 @@ def _make_layer_forward(original):
 class MoonViTMaxSeqlenOncePatch(Patch):
     name = PATCH
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.16"
+    versions = ">=0.5.12"
     trigger = KIMI_K25
     modules = (KIMI_K25,)
     upstream_pr = "sgl-project/sglang#30878"

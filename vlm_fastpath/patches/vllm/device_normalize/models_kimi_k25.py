@@ -35,7 +35,7 @@ uint8 is only produced where our model-side normalization is installed too. Opt 
 the processes that run the model must all have vlm-fastpath installed (they do on one node: one
 interpreter, one environment); for multi-node workers install it on every node or opt out.
 
-Upstream: vllm-project/vllm#50411 (Kimi in 0.32.0). Applies to vLLM >=0.19,<0.32 (verified on
+Upstream: vllm-project/vllm#50411 (Kimi in 0.32.0). Applies to vLLM >=0.19, open-ended (verified on
 0.24.0); on 0.32+ (``supports_mm_device_do_normalize`` on the model class) it reports
 ``upstream``. Not 0.15-0.18: their ``MoonshotKimiVAutoProcessor`` holds the image processor as
 ``media_processor`` (no ``image_processor`` to swap, so the view would be inert), and no
@@ -254,7 +254,7 @@ def make_parse(original: Any) -> Any:
 class KimiDeviceNormalizePatch(Patch):
     name = "vllm-kimi-device-normalize"
     engine = "vllm"
-    versions = ">=0.19,<0.32"  # 0.15-0.18: no .image_processor on their hf processor
+    versions = ">=0.19"  # 0.15-0.18: no .image_processor on their hf processor
     trigger = KIMI_K25
     modules = (KIMI_K25,)
     upstream_pr = "vllm-project/vllm#50411"

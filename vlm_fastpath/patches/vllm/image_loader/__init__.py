@@ -10,7 +10,7 @@ How: ``multimodal_media_image`` wraps ``ImageMediaIO.load_bytes`` (``load_base64
 ``load_file`` go through it) and re-raises those two as ``ValueError("Failed to load image:
 ...")``, vLLM's own message for a bad image; every other outcome is the release's.
 Upstream PR: none.
-Versions: vLLM >=0.20,<0.34; stands aside ("upstream") once ``load_bytes`` handles
+Versions: vLLM >=0.20, open-ended; stands aside ("upstream") once ``load_bytes`` handles
 ``DecompressionBombError`` itself. Not 0.15-0.19: their ``load_bytes`` catches nothing and
 decodes lazily, so a garbage or truncated image is no ``ValueError`` there either (only
 ``MediaConnector.fetch_image`` maps ``UnidentifiedImageError``): no "every other bad image" to

@@ -8,7 +8,7 @@ vllm-image-loader-client-errors
     How: ``load_bytes`` calls the release's and re-raises exactly those two exception types as
     ``ValueError`` with vLLM's own wording (``Failed to load image: ...``), chained to the
     original. Images that load, and every other error, are the release's.
-    Upstream: none. Applies to: vLLM >=0.20,<0.34 (0.15-0.19's ``load_bytes`` has no
+    Upstream: none. Applies to: vLLM >=0.20, open-ended (0.15-0.19's ``load_bytes`` has no
     ``try``: their other bad images are no ``ValueError`` either); stands aside where
     ``load_bytes`` already names ``DecompressionBombError``.
 """
@@ -59,7 +59,7 @@ def _source(func: Any) -> str:
 class ImageLoaderClientErrorsPatch(Patch):
     name = "vllm-image-loader-client-errors"
     engine = "vllm"
-    versions = ">=0.20,<0.34"
+    versions = ">=0.20"
     trigger = MEDIA_IMAGE
     modules = (MEDIA_IMAGE,)
     upstream_pr = ""

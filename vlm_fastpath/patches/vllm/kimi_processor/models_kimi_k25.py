@@ -16,7 +16,7 @@ name in ``kimi_k25`` only, to a loader returning ``FastpathKimiVisionProcessor``
 replaced. If our processor cannot be built from the checkpoint (no ``media_proc_cfg``), the
 loader logs once and returns what vLLM's original loader returns.
 
-Upstream: vllm-project/vllm#47416 (first release 0.25.0). Applies to vLLM >=0.19,<0.25; on
+Upstream: vllm-project/vllm#47416 (first release 0.25.0). Applies to vLLM >=0.19 (open-ended); on
 0.25+ (``KimiK25FusedVisionProcessor`` present) it reports ``upstream`` and the
 ``vllm-kimi-fused-processor`` patch takes over. Not 0.15–0.18: there the processor is kept as
 ``self.media_processor`` of a ``MoonshotKimiVAutoProcessor``, and
@@ -108,7 +108,7 @@ def make_kimi_loader(original: Any) -> Any:
 class KimiK25ProcessorPatch(Patch):
     name = "vllm-kimi-processor"
     engine = "vllm"
-    versions = ">=0.19,<0.25"  # 0.15-0.18 call media_processor.split_video_chunks (not ours)
+    versions = ">=0.19"  # 0.15-0.18 call media_processor.split_video_chunks (not ours)
     trigger = KIMI_K25
     modules = (KIMI_K25,)
     upstream_pr = "vllm-project/vllm#47416"

@@ -21,14 +21,18 @@ the same class, so Kimi K3 images get ours too; not verified on a K3 checkpoint)
 Opt out by name: ``VLM_FASTPATH_SKIP=vllm-kimi-fused-processor``.
 
 Upstream: vllm-project/vllm#47416 (0.25.0), do_rescale/do_normalize from vllm-project/vllm#50411
-(0.32.0). Applies to vLLM >=0.25,<0.34 (verified on 0.33.0).
+(0.32.0). Applies to vLLM >=0.25 with no upper bound, where its contract holds on the installed
+code (``contract``): the fused class exists, ``KimiK25ProcessingInfo.__init__`` reads it, its
+constructor and ``preprocess`` take what ours takes, ours offers every method it has, and ours
+equals it on the probes of ``probe`` (every PIL mode, transparency, odd sizes, float32 and uint8).
+Verified by the sweep on the releases ``verified.json`` lists; elsewhere the status says so.
 """
 
 from __future__ import annotations
 
 import sys
 
-from ...base import Patch, PatchContext
+from ...base import Patch, PatchContext, signature_clause
 from ...registry import register
 
 KIMI_K25_VISION_FUSED = "vllm.transformers_utils.processors.kimi_k25_vision_fused"
@@ -40,7 +44,8 @@ CLASS_NAME = "KimiK25FusedVisionProcessor"
 class KimiFusedProcessorPatch(Patch):
     name = "vllm-kimi-fused-processor"
     engine = "vllm"
-    versions = ">=0.25,<0.34"
+    versions = ">=0.25"
+    backport = False
     trigger = KIMI_K25
     modules = (KIMI_K25_VISION_FUSED, KIMI_K25)
     upstream_pr = "vllm-project/vllm#47416"
@@ -51,14 +56,37 @@ class KimiFusedProcessorPatch(Patch):
             return f"{KIMI_K25} has no KimiK25ProcessingInfo"
         return None
 
+    def contract(self) -> str | None:
+        kimi = sys.modules[KIMI_K25]
+        original = kimi.__dict__.get(CLASS_NAME)
+        if not isinstance(original, type):
+            return f"structure: {KIMI_K25} has no class {CLASS_NAME}"
+        init = getattr(kimi.KimiK25ProcessingInfo.__init__, "__code__", None)
+        if init is None or CLASS_NAME not in init.co_names:
+            return f"structure: KimiK25ProcessingInfo.__init__ no longer reads {CLASS_NAME}"
+        for attr, params in (("__init__", ("self", "media_proc_cfg")),
+                             ("preprocess", ("self", "medias"))):
+            clause = signature_clause(original, attr, params)
+            if clause:
+                return clause
+        from .adapter import FastpathKimiVisionProcessor
+
+        missing = sorted(
+            name for name in dir(original)
+            if not name.startswith("_") and callable(getattr(original, name, None))
+            and not hasattr(FastpathKimiVisionProcessor, name)
+        )
+        if missing:
+            return f"structure: {CLASS_NAME} has {', '.join(missing)}, which ours lacks"
+        from . import probe
+
+        return probe.verdict(original, _ProbeTarget, probe.DEFAULT_MEDIA_PROC_CFG)
+
     def apply(self, ctx: PatchContext) -> None:
         kimi = sys.modules[KIMI_K25]
         original = kimi.__dict__.get(CLASS_NAME)
         if not isinstance(original, type):
             raise LookupError(f"{KIMI_K25} has no class {CLASS_NAME} (renamed?)")
-        init = getattr(kimi.KimiK25ProcessingInfo.__init__, "__code__", None)
-        if init is None or CLASS_NAME not in init.co_names:
-            raise LookupError(f"KimiK25ProcessingInfo.__init__ no longer reads {CLASS_NAME}")
 
         from .adapter import FastpathKimiVisionProcessor
 
@@ -67,3 +95,17 @@ class KimiFusedProcessorPatch(Patch):
         ctx.rebind_globals(original, FastpathKimiVisionProcessor, ("vllm.",))
         if kimi.__dict__.get(CLASS_NAME) is not FastpathKimiVisionProcessor:
             raise LookupError(f"could not rebind {KIMI_K25}.{CLASS_NAME}")
+
+
+class _ProbeTarget:
+    """Our pixels as the adapter computes them, outside containment (a probe is no fault)."""
+
+    def __init__(self, media_proc_cfg: dict) -> None:
+        from vlm_fastpath.kimi_integration import FusedKimiProcessor
+
+        self._fused = FusedKimiProcessor(media_proc_cfg)
+
+    def preprocess(self, medias: list, do_rescale: bool = True, do_normalize: bool = True):
+        return self._fused.preprocess(
+            medias, return_tensors="pt", do_rescale=do_rescale, do_normalize=do_normalize
+        )

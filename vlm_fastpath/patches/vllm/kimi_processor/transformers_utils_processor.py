@@ -12,8 +12,8 @@ and otherwise calls the original unchanged, and ``cached_get_image_processor`` w
 override the new functions return exactly what vLLM's did. ``revert`` restores the originals,
 including copies taken by modules imported while the patch was active.
 
-Upstream: vllm-project/vllm#47416 (first release 0.25.0). Applies to vLLM >=0.19,<0.25 (its only
-user, our Kimi loader, needs 0.19+: the release sweep found 0.15-0.18 call the processor's
+Upstream: vllm-project/vllm#47416 (first release 0.25.0). Applies to vLLM >=0.19, open-ended
+(its only user, our Kimi loader, needs 0.19+: the release sweep found 0.15-0.18 call the processor's
 ``split_video_chunks``); on 0.25+
 the signature already has the argument and the patch reports ``upstream``.
 """
@@ -79,7 +79,7 @@ def make_get_image_processor(module: Any, original: Any) -> Any:
 class ProcessorClsOverridesPatch(Patch):
     name = "vllm-processor-cls-overrides"
     engine = "vllm"
-    versions = ">=0.19,<0.25"  # only our Kimi loader uses it, and that needs 0.19+
+    versions = ">=0.19"  # only our Kimi loader uses it, and that needs 0.19+
     trigger = PROCESSOR
     modules = (PROCESSOR,)
     upstream_pr = "vllm-project/vllm#47416"

@@ -7,7 +7,7 @@ How: ``models_kimi_k25_vit`` reads the grid once, computes the host values once 
 ``MoonViT3dEncoder.forward`` and hands them to every block.
 Upstream PR: none known; the change shipped in vLLM 0.23.0
 (``MoonViT3dEncoder.prepare_encoder_metadata``).
-Versions: vLLM >=0.15,<0.23; "upstream" on 0.23+.
+Versions: vLLM >=0.15, open-ended; "upstream" on 0.23+.
 Delete when: vLLM <0.23 is no longer supported.
 """
 

@@ -22,7 +22,7 @@ are replaced (through ``ctx.set_attr``); ``vision_tower_forward`` and the DP-sha
 the tower as before.
 
 Upstream: vLLM 0.23.0 (``MoonViT3dEncoder.prepare_encoder_metadata``, host ``max_seqlen``,
-``grid_thws`` kept on the CPU). Applies to vLLM >=0.15,<0.23 (verified on 0.22.1); on 0.23+
+``grid_thws`` kept on the CPU). Applies to vLLM >=0.15, open-ended (verified on 0.22.1); on 0.23+
 (``prepare_encoder_metadata`` on the encoder) it reports ``upstream``. Kimi-VL's
 ``moonvit.py`` tower is not covered (fixed upstream in 0.24).
 """
@@ -159,7 +159,7 @@ def _make_layer_forward(original: Any) -> Any:
 class MoonViTMaxSeqlenPatch(Patch):
     name = PATCH
     engine = "vllm"
-    versions = ">=0.15,<0.23"
+    versions = ">=0.15"
     trigger = KIMI_K25_VIT
     modules = (KIMI_K25_VIT,)
     upstream_pr = ""  # shipped in vLLM 0.23.0; no PR number known

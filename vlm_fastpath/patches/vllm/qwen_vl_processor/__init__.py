@@ -13,7 +13,10 @@ equal on probe images. Every kwarg vLLM passes reaches the twin (size/min_pixels
 engine's video processor. Where the processor is not one we mirror or the probes differ, the
 original is handed out and the reason is put in the status.
 Upstream PR: none (vLLM uses transformers' processors for Qwen-VL).
-Versions: vLLM >=0.22,<0.34 (verified on 0.22.1, 0.24.0, 0.33.0).
+Versions: vLLM >=0.22 with no upper bound: applies where its contract holds (structure:
+``get_hf_processor(self, **kwargs)`` on the model's processing info; behaviour: the probes of
+``check_compatible`` per processor object, before its twin is handed out). The sweep's verified
+releases are in ``verified.json``; elsewhere the status says the release is not verified.
 Delete when: transformers' Qwen2-VL image processor is as fast as ours on few cores (re-measure
 with ``benchmarks``), or vLLM ships its own fused Qwen-VL processor.
 """

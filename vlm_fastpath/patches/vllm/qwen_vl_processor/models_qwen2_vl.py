@@ -13,11 +13,11 @@ import functools
 import sys
 from typing import Any
 
-from ...base import Patch, PatchContext
+from ...base import Patch, PatchContext, signature_clause
 from ...registry import register
 
 QWEN2_VL = "vllm.model_executor.models.qwen2_vl"
-VERSIONS = ">=0.22,<0.34"
+VERSIONS = ">=0.22"
 
 
 def make_get_hf_processor(original: Any, patch: str) -> Any:
@@ -45,6 +45,7 @@ class QwenProcessingInfoPatch(Patch):
     info_class = "Qwen2VLProcessingInfo"
     engine = "vllm"
     versions = VERSIONS
+    backport = False
     upstream_pr = ""
 
     def _info(self) -> Any:
@@ -54,6 +55,15 @@ class QwenProcessingInfoPatch(Patch):
         if self._info() is None:
             return f"{self.trigger} has no {self.info_class}"
         return None
+
+    def contract(self) -> str | None:
+        """Structure here; behaviour per processor object, before its twin is handed out
+        (``adapter.twin_of`` runs ``check_compatible``'s probes and keeps the engine's
+        processor, saying why in the status, where they differ)."""
+        info = self._info()
+        if "get_hf_processor" not in info.__dict__:
+            return f"structure: {self.info_class} defines no get_hf_processor"
+        return signature_clause(info, "get_hf_processor", ("self", "**"))
 
     def apply(self, ctx: PatchContext) -> None:
         info = self._info()
