@@ -72,7 +72,32 @@ def test_runs_and_reports_absent_engines(tiny_run: tuple[subprocess.CompletedPro
     ), table
     if importlib.util.find_spec("vllm") is None:
         assert "absent: kimi vllm-fused: vLLM is not installed" in table
+    engines = [e for e in ("vllm", "sglang") if importlib.util.find_spec(e) is not None]
+    if not engines:
+        assert "engine uses ours (kimi): no engine: neither vLLM nor SGLang" in table
     _png_ok_or_skipped(result, out / "r.png")
+
+
+def _status(name: str, status: str, version: str | None = "0.34.0", reason: str = "r") -> dict:
+    return {"name": name, "engine": "vllm", "engine_version": version, "status": status,
+            "reason": reason}
+
+
+def test_engine_use_follows_the_patch_status() -> None:
+    from vlm_fastpath.bench.engine_use import decide
+
+    applied = decide("kimi", [_status("vllm-kimi-fused-processor", "applied"),
+                              _status("vllm-kimi-processor", "upstream")])
+    assert applied.used is True and applied.mark == "yes"
+    assert "vllm-kimi-fused-processor applied" in applied.detail
+    capped = decide("qwen-tv", [
+        _status("vllm-qwen2-vl-processor", "unsupported-version", reason="outside >=0.22,<0.34"),
+        _status("sglang-qwen-vl-cpu-image-processor", "pending", version=None),
+        _status("vllm-kimi-fused-processor", "applied"),  # another family's patch
+    ])
+    assert capped.used is False and capped.mark == "NO"
+    assert "unsupported-version (outside >=0.22,<0.34)" in capped.detail
+    assert decide("kimi", [_status("vllm-kimi-fused-processor", "pending", None)]).used is None
 
 
 def test_non_tty_output_has_no_carriage_returns(
@@ -173,8 +198,9 @@ def test_exactness_verdicts_and_speedup_column() -> None:
     assert by_name["engine"].exact is False and by_name["other"].exact is True
     assert by_name["vlm-fastpath"].exact is None and by_name["engine"].speedup == 1.0
     assert [r.contender for r in rows] == ["engine", "other", "vlm-fastpath"]
-    exact_column = [line.split()[-1] for line in format_table(rows).splitlines()[2:]]
-    assert exact_column == ["NO", "yes", "(ref)"]
+    columns = [line.split()[-2:] for line in format_table(rows).splitlines()[2:]]
+    assert [c[0] for c in columns] == ["NO", "yes", "(ref)"]
+    assert [c[1] for c in columns] == ["-", "-", "-"]  # no engine decision was made here
 
 
 def test_order_rotates_each_round() -> None:

@@ -20,6 +20,7 @@ def test_doctor_text() -> None:
     assert "vlm-fastpath 0.1.0" in proc.stdout
     assert "pillow" in proc.stdout and "numba kernel: yes" in proc.stdout
     assert "threading layer: workqueue" in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("what vlm-fastpath changes here: ")
 
 
 def test_doctor_json_lists_every_patch() -> None:
@@ -35,7 +36,7 @@ def test_doctor_json_lists_every_patch() -> None:
     for patch in report["patches"]:
         assert patch["status"] in {
             "pending", "applied", "upstream", "not-needed", "unsupported-version", "disabled",
-            "failed", "faulted",
+            "failed", "faulted", "stood-aside",
         }
 
 
@@ -109,3 +110,36 @@ def test_doctor_reports_the_output_pool(monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.delenv("VLM_FASTPATH_BUFFER_POOL_MB")
     pool = json.loads(_doctor("--json").stdout)["resampler"]["output_pool"]
     assert pool["limit_mb"] == 512 and pool["idle_mb"] == 0 and pool["reused"] == 0
+
+
+def _entry(name: str, status: str, version: str | None = "0.34.0", reason: str = "") -> dict:
+    return {"name": name, "engine": "vllm", "engine_version": version, "status": status,
+            "reason": reason}
+
+
+def test_what_changes_says_nothing_when_every_patch_stands_aside() -> None:
+    from vlm_fastpath.doctor import what_changes
+
+    report = {"disabled": False, "patches": [
+        _entry("a", "upstream"), _entry("b", "unsupported-version"), _entry("c", "upstream"),
+    ]}
+    assert what_changes(report) == (
+        "nothing: every patch stands aside on vllm 0.34.0 (2 upstream, 1 unsupported-version)"
+    )
+    report["disabled"] = True
+    assert what_changes(report).startswith("nothing: VLM_FASTPATH=0")
+    report = {"disabled": False, "patches": [_entry("a", "pending", version=None)]}
+    assert what_changes(report) == "nothing: neither vLLM nor SGLang is installed"
+
+
+def test_what_changes_names_the_applied_patches_and_unverified_releases() -> None:
+    from vlm_fastpath.doctor import what_changes
+
+    report = {"disabled": False, "patches": [
+        _entry("a", "applied", reason="x (vllm 0.34.0 not verified by the sweep; contract held)"),
+        _entry("b", "upstream"), _entry("c", "applied", reason="y"),
+    ]}
+    assert what_changes(report) == (
+        "2 patch(es) change vllm 0.34.0: a, c (1 on a release the sweep has not verified; "
+        "contract held)"
+    )

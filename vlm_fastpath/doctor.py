@@ -122,7 +122,35 @@ def collect(import_engines: bool = True, module: str | None = None) -> dict[str,
         report["module"] = module
     report["numba"] = _numba_layer()
     report["resampler"] = _resampler()
+    report["summary"] = what_changes(report)
     return report
+
+
+def what_changes(report: dict[str, Any]) -> str:
+    """One line: what vlm-fastpath changes in this install (``nothing: ...`` when nothing)."""
+    if report["disabled"]:
+        return "nothing: VLM_FASTPATH=0 turns every patch off"
+    patches = report["patches"]
+    applied = [p for p in patches if p["status"] == "applied"]
+    engines = sorted({f"{p['engine']} {p['engine_version']}" for p in patches
+                      if p["engine_version"]})
+    if not engines:
+        return "nothing: neither vLLM nor SGLang is installed"
+    if not applied:
+        counts: dict[str, int] = {}
+        for patch in patches:
+            if patch["engine_version"]:
+                counts[patch["status"]] = counts.get(patch["status"], 0) + 1
+        most = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        why = ", ".join(f"{n} {status}" for status, n in most)
+        return f"nothing: every patch stands aside on {', '.join(engines)} ({why})"
+    unverified = [p["name"] for p in applied if "not verified by the sweep" in p["reason"]]
+    line = f"{len(applied)} patch(es) change {', '.join(engines)}: " + ", ".join(
+        p["name"] for p in applied
+    )
+    if unverified:
+        line += f" ({len(unverified)} on a release the sweep has not verified; contract held)"
+    return line
 
 
 def render(report: dict[str, Any]) -> str:
@@ -162,4 +190,6 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"  {'':<{width}}  change {patch.get('change')} ({pr})")
     for trigger, error in report.get("import_errors", {}).items():
         lines.append(f"  could not import {trigger}: {error}")
+    if "module" not in report and "summary" in report:
+        lines.append(f"what vlm-fastpath changes here: {report['summary']}")
     return "\n".join(lines)

@@ -11,10 +11,11 @@ DEFAULT_WORKLOADS = ("1x2048x2048", "4x1536x1024")
 DEFAULT_PNG = Path("vlm-fastpath-bench.png")
 DESCRIPTION = (
     "Image preprocessing on this machine: vlm-fastpath's processors vs the ones the installed "
-    "engine would use (vLLM's fused Kimi K2.5 processor; transformers' Qwen2-VL processors "
-    "when vlm-fastpath ships a Qwen-VL processor). Every contender's output is first checked "
-    "against ours (torch.equal), then timed: median of --rounds calls after one warm-up call, "
-    "contender order rotated each round."
+    "engine would use (vLLM's fused Kimi K2.5 processor; transformers' Qwen2-VL processors). "
+    "Every contender's output is first checked against ours (torch.equal), then timed: median "
+    "of --rounds calls after one warm-up call, contender order rotated each round. The last "
+    "column says whether the installed engine actually hands out that processor (the status "
+    "of the patch that puts ours in its place)."
 )
 
 
@@ -111,10 +112,18 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     progress.clear()
+    # After the timing: deciding imports the engines and applies the patches.
+    from .engine_use import engine_uses
+
+    uses = engine_uses([f.name for f in families if any(c.ours for c in f.contenders)])
+    for row in rows:
+        use = uses.get(row.family)
+        if use is not None and use.used is not None:
+            row.engine_uses = use.mark if row.ours else ("NO" if use.used else "yes")
 
     print()
     print(format_table(rows))
-    notes = format_notes(absent, failures)
+    notes = format_notes(absent, failures, uses)
     if notes:
         print(notes)
     if args.json is not None:

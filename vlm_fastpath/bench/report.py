@@ -6,7 +6,7 @@ import importlib
 import json
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -85,13 +85,14 @@ def _fmt_ms(ms: float) -> str:
 def format_table(rows: Sequence[Row]) -> str:
     """Fixed-width table; speedup is vs the engine's processor of the same model and workload."""
     header = ["model", "workload", "contender", "first ms", "median ms", "img/s", "speedup",
-              "exact"]
+              "exact", "engine uses it"]
     body = []
     for row in rows:
         speedup = f"{row.speedup:.2f}x" if row.speedup is not None else "-"
         exact = "(ref)" if row.ours else ("yes" if row.exact else "NO")
         body.append([row.family, row.workload, row.contender, _fmt_ms(row.first_ms),
-                     _fmt_ms(row.median_ms), f"{row.images_per_s:.2f}", speedup, exact])
+                     _fmt_ms(row.median_ms), f"{row.images_per_s:.2f}", speedup, exact,
+                     row.engine_uses])
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     left = {0, 1, 2}
 
@@ -106,8 +107,12 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(out)
 
 
-def format_notes(absent: Sequence[Absent], failures: Sequence[Failure]) -> str:
-    lines = [f"absent: {a.family} {a.name}: {a.reason}" for a in absent]
+def format_notes(
+    absent: Sequence[Absent], failures: Sequence[Failure], uses: Mapping[str, Any] | None = None
+) -> str:
+    lines = [f"engine uses ours ({family}): {use.mark}: {use.detail}"
+             for family, use in (uses or {}).items()]
+    lines += [f"absent: {a.family} {a.name}: {a.reason}" for a in absent]
     lines += [f"failed: {f.family} {f.contender} on {f.workload}: {f.error}" for f in failures]
     return "\n".join(lines)
 

@@ -38,6 +38,8 @@ class Row:
     ours: bool = False
     origin: str = ""
     runs_ms: list[float] = field(default_factory=list)
+    # Ours: does the installed engine hand this processor out? The engine's rows: the reverse.
+    engine_uses: str = "-"
 
 
 @dataclass(frozen=True)
