@@ -169,9 +169,11 @@ def test_missing_target_stands_aside(monkeypatch, model_dir, kimi_module, vllm_v
     vlm_fastpath.revert("vllm")
     monkeypatch.delattr(kimi_module, attr)  # as if upstream renamed it
     results = {r["name"]: r for r in vlm_fastpath.apply("vllm")}
-    if vllm_version >= FUSED_UPSTREAM:
-        assert results[name]["status"] == "failed"
-        assert attr in results[name]["reason"]
+    if vllm_version >= FUSED_UPSTREAM:  # a contract clause: stands aside, naming it
+        assert results[name]["status"] == "stood-aside"
+        assert f"structure: vllm.model_executor.models.kimi_k25 has no class {attr}" in (
+            results[name]["reason"]
+        )
     else:
         assert results[name]["status"] == "failed"
         assert "cached_get_image_processor" in results[name]["reason"]

@@ -261,8 +261,10 @@ def test_missing_target_fails_cleanly(monkeypatch, fresh_decisions):
     original = cls.__dict__["get_hf_processor"]
     monkeypatch.delattr(cls, "get_hf_processor")  # as if upstream renamed it
     results = {r["name"]: r for r in vlm_fastpath.apply("vllm")}
-    assert results[QWEN25_PATCH]["status"] == "failed"
-    assert "get_hf_processor" in results[QWEN25_PATCH]["reason"]
+    assert results[QWEN25_PATCH]["status"] == "stood-aside"  # a contract clause, named
+    assert "structure: Qwen2_5_VLProcessingInfo defines no get_hf_processor" in (
+        results[QWEN25_PATCH]["reason"]
+    )
     assert "get_hf_processor" not in cls.__dict__
     vlm_fastpath.revert("vllm")
     monkeypatch.undo()

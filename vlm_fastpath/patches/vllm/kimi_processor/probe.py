@@ -18,17 +18,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-# Kimi K2.5's published media_proc_cfg: what the patch probes when it applies.
-DEFAULT_MEDIA_PROC_CFG: dict[str, Any] = {
-    "patch_size": 14,
-    "merge_kernel_size": 2,
-    "in_patch_limit": 16384,
-    "patch_limit_on_one_side": 512,
-    "in_patch_limit_each_frame": 4096,
-    "temporal_merge_kernel_size": 4,
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-}
+
+def default_media_proc_cfg() -> dict[str, Any]:
+    """Kimi K2.5's published ``media_proc_cfg`` (every key, as the checkpoint's JSON has it)."""
+    from vlm_fastpath.kimi_integration.config import KimiMediaConfig
+
+    return KimiMediaConfig().to_dict()
+
+
 # Patch budget of the second configuration: every probe image above ~28x28 is resized.
 SMALL_PATCH_LIMIT = 4
 # (mode, width, height): odd and prime sizes, 1-pixel sides, extreme aspect ratios.

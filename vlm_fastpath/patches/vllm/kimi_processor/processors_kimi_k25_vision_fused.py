@@ -80,7 +80,7 @@ class KimiFusedProcessorPatch(Patch):
             return f"structure: {CLASS_NAME} has {', '.join(missing)}, which ours lacks"
         from . import probe
 
-        return probe.verdict(original, _ProbeTarget, probe.DEFAULT_MEDIA_PROC_CFG)
+        return probe.verdict(original, _ProbeTarget, probe.default_media_proc_cfg())
 
     def apply(self, ctx: PatchContext) -> None:
         kimi = sys.modules[KIMI_K25]
