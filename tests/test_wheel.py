@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# Product data read at run time: the sweep's verified fingerprints (status reasons).
+PACKAGE_DATA = ("vlm_fastpath/patches/verified.json",)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,8 @@ def test_only_product_code_and_the_pth(wheel_files: list[str]) -> None:
         assert top in allowed_top or top.endswith(".dist-info"), name
     assert "vlm_fastpath.pth" in wheel_files
     code = [n for n in wheel_files if n.startswith("vlm_fastpath/")]
-    assert all(n.endswith(".py") for n in code), [n for n in code if not n.endswith(".py")]
+    others = [n for n in code if not n.endswith(".py")]
+    assert others == sorted(PACKAGE_DATA), others  # the declared data, nothing else
 
 
 def test_no_test_helpers_shipped(wheel_files: list[str]) -> None:
@@ -56,4 +59,5 @@ def test_no_test_helpers_shipped(wheel_files: list[str]) -> None:
 
 def test_every_package_module_is_shipped(wheel_files: list[str]) -> None:
     on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "vlm_fastpath").rglob("*.py")}
+    on_disk |= set(PACKAGE_DATA)
     assert on_disk == {n for n in wheel_files if n.startswith("vlm_fastpath/")}
