@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from vlm_fastpath.patches import containment
-from vlm_fastpath.patches.registry import REGISTRY
+from vlm_fastpath.patches import registry as registry_module
 
 
 class FastPathConsulted(AssertionError):
@@ -42,7 +42,8 @@ def _boom(*_args: Any, **_kwargs: Any) -> Any:
 
 
 def _status(name: str) -> str:
-    return next(r.status.value for r in REGISTRY.status() if r.name == name)
+    # Looked up per call: a test may stand in its own registry (fake engines).
+    return next(r.status.value for r in registry_module.REGISTRY.status() if r.name == name)
 
 
 def check_held_object(
@@ -81,4 +82,4 @@ def check_held_object(
 def forget_faults() -> None:
     """Undo a check's quarantine (tests only): faults forgotten, the patch pending again."""
     containment.reset()
-    REGISTRY.clear_faults()
+    registry_module.REGISTRY.clear_faults()

@@ -1,0 +1,99 @@
+"""The deferred owner after quarantine: payloads still in flight are read (issue #31).
+
+The K2.5 owner's ``get_image_feature`` wrapper is the only reader of deferred payloads; the
+senders (in the tokenizer process, with their own registry) keep deferring after the owner
+process quarantines. Reverting the wrapper would hand the release's ``get_image_feature`` the
+per-patch content digests the sender puts in ``feature``. The shared held-object check runs
+against a stand-in of SGLang's model module (the release's method concatenates
+``item.feature``, as ``get_image_feature`` feeds the tower); the reference is the release
+without the plugin, whose ``feature`` is the checkpoint processor's ``pixel_values``.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import pytest
+import torch
+from PIL import Image
+
+from tests.kimi_integration.helpers import rand_array
+from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
+from tests.support.held_objects import HeldCase, check_held_object, forget_faults
+from vlm_fastpath.kimi_integration.deferred import DeferredKimiProcessor
+from vlm_fastpath.patches import registry as registry_module
+from vlm_fastpath.patches.registry import PatchRegistry
+from vlm_fastpath.patches.sglang.deferred_preprocessing import _contained, models_kimi_k25
+from vlm_fastpath.patches.sglang.deferred_preprocessing._shared import ITEM_KEY, digest_feature
+
+OWNER = models_kimi_k25.PATCH
+
+
+def _release_get_image_feature(self: Any, items: list[Any]) -> torch.Tensor:
+    """The release's own ``get_image_feature``, as far as pixels go: the items' features."""
+    return torch.cat([item.feature for item in items])
+
+
+class _Item:
+    def __init__(self, feature: torch.Tensor, data: dict[str, Any]) -> None:
+        self.feature = feature
+        self.model_specific_data = data
+
+
+@pytest.fixture
+def fake_sglang(monkeypatch: pytest.MonkeyPatch) -> PatchRegistry:
+    for name in ("VLM_FASTPATH", "VLM_FASTPATH_PATCHES", "VLM_FASTPATH_SKIP"):
+        monkeypatch.delenv(name, raising=False)
+    top = types.ModuleType("sglang")
+    top.__version__ = "0.5.20"
+    models = types.ModuleType(models_kimi_k25.KIMI_K25)
+    models.KimiK25ForConditionalGeneration = type(
+        "KimiK25ForConditionalGeneration", (), {"get_image_feature": _release_get_image_feature}
+    )
+    monkeypatch.setitem(sys.modules, "sglang", top)
+    monkeypatch.setitem(sys.modules, models_kimi_k25.KIMI_K25, models)
+    registry = PatchRegistry()
+    registry._loaded_catalog = True
+    registry.register(models_kimi_k25.KimiK25DeferredOwnerPatch())
+    monkeypatch.setattr(registry_module, "REGISTRY", registry)
+    yield registry
+    forget_faults()
+    registry.revert()
+
+
+def _owner_case(registry: PatchRegistry) -> HeldCase:
+    image = Image.fromarray(rand_array(3, 301, 205, 3))
+    medias = [{"type": "image", "image": image}]
+    payload = DeferredKimiProcessor(KIMI_K25_CFG).prepare(medias)
+    plan = payload.medias[0].plan
+    model_cls = sys.modules[models_kimi_k25.KIMI_K25].KimiK25ForConditionalGeneration
+
+    def in_flight() -> _Item:  # what the sender ships: a digest in ``feature``, the payload
+        data = {ITEM_KEY: [payload], "grid_thws": payload.grid_thws}
+        return _Item(digest_feature(payload, plan.num_patches), data)
+
+    def reference() -> torch.Tensor:  # the release without the plugin: eager pixels
+        pixels = ref_preprocess(medias, KIMI_K25_CFG)[0]
+        return model_cls().get_image_feature([_Item(pixels, {})])
+
+    def build() -> Any:
+        registry.apply(engine="sglang")
+        return model_cls()  # the engine's model instance, across requests
+
+    return HeldCase(
+        patch=OWNER,
+        reference=reference,
+        build=build,
+        inject=lambda mp, _held, fast: mp.setattr(_contained, "materialize_payloads", fast),
+        call=lambda held: held.get_image_feature([in_flight()]),
+        equal=lambda ours, theirs: ours.dtype == theirs.dtype and torch.equal(ours, theirs),
+    )
+
+
+def test_owner_reads_payloads_in_flight_after_quarantine(fake_sglang, monkeypatch):
+    rows = check_held_object(_owner_case(fake_sglang), monkeypatch)
+    assert [state for _, state, _ in rows] == ["applied", "applied", *["faulted"] * 3]
+    reason = next(r.reason for r in fake_sglang.status() if r.name == OWNER)
+    assert "left installed" in reason
