@@ -96,4 +96,11 @@ def test_owner_reads_payloads_in_flight_after_quarantine(fake_sglang, monkeypatc
     rows = check_held_object(_owner_case(fake_sglang), monkeypatch)
     assert [state for _, state, _ in rows] == ["applied", "applied", *["faulted"] * 3]
     reason = next(r.reason for r in fake_sglang.status() if r.name == OWNER)
-    assert "left installed" in reason
+    assert "left installed" in reason and fake_sglang.installed() == [OWNER]
+    fake_sglang.apply(engine="sglang")  # never applied a second time over itself
+    assert fake_sglang.installed() == [OWNER]
+    forget_faults()  # tests only: applied again, and a revert restores the release's method
+    assert next(r.status.value for r in fake_sglang.status() if r.name == OWNER) == "applied"
+    fake_sglang.revert()
+    model = sys.modules[models_kimi_k25.KIMI_K25].KimiK25ForConditionalGeneration
+    assert model.__dict__["get_image_feature"] is _release_get_image_feature
