@@ -1,4 +1,10 @@
-"""The deferred owner after quarantine: payloads still in flight are read (issue #31).
+"""SGLang patches that hand out objects, after quarantine (issue #31), on stand-in modules.
+
+The Kimi CPU processor (``sglang-kimi-k25-fused-cpu-processor``): the fused processor a
+``KimiGPUProcessorWrapper`` built while the patch was applied answers every call with the
+checkpoint's processor once the patch is faulted.
+
+The deferred owner: payloads still in flight are read.
 
 The K2.5 owner's ``get_image_feature`` wrapper is the only reader of deferred payloads; the
 senders (in the tokenizer process, with their own registry) keep deferring after the owner
@@ -22,11 +28,13 @@ from PIL import Image
 from tests.kimi_integration.helpers import rand_array
 from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
 from tests.support.held_objects import HeldCase, check_held_object, forget_faults
+from vlm_fastpath.kimi_integration import FusedKimiProcessor
 from vlm_fastpath.kimi_integration.deferred import DeferredKimiProcessor
 from vlm_fastpath.patches import registry as registry_module
 from vlm_fastpath.patches.registry import PatchRegistry
 from vlm_fastpath.patches.sglang.deferred_preprocessing import _contained, models_kimi_k25
 from vlm_fastpath.patches.sglang.deferred_preprocessing._shared import ITEM_KEY, digest_feature
+from vlm_fastpath.patches.sglang.kimi_cpu_processor import multimodal_processors_kimi_k25 as cpu
 
 OWNER = models_kimi_k25.PATCH
 
@@ -104,3 +112,74 @@ def test_owner_reads_payloads_in_flight_after_quarantine(fake_sglang, monkeypatc
     fake_sglang.revert()
     model = sys.modules[models_kimi_k25.KIMI_K25].KimiK25ForConditionalGeneration
     assert model.__dict__["get_image_feature"] is _release_get_image_feature
+
+
+# -- the Kimi CPU processor ----------------------------------------------------------------------
+class _CheckpointProcessor:
+    """Stands in for the checkpoint's remote-code media processor (its arithmetic)."""
+
+    def __init__(self) -> None:
+        self.media_proc_cfg = dict(KIMI_K25_CFG)
+
+    def preprocess(self, medias: list[Any], **_kwargs: Any) -> dict[str, torch.Tensor]:
+        pixels, grids, _ = ref_preprocess(medias, self.media_proc_cfg)
+        return {"pixel_values": pixels, "grid_thws": grids}
+
+
+def _wrapper_init(self: Any, hf_processor: Any) -> None:
+    self.hf_processor = hf_processor
+    self.media_processor = hf_processor.media_processor
+
+
+@pytest.fixture
+def fake_sglang_cpu(monkeypatch: pytest.MonkeyPatch) -> PatchRegistry:
+    for name in ("VLM_FASTPATH", "VLM_FASTPATH_PATCHES", "VLM_FASTPATH_SKIP"):
+        monkeypatch.delenv(name, raising=False)
+    top = types.ModuleType("sglang")
+    top.__version__ = "0.5.20"
+    procs = types.ModuleType(cpu.KIMI_PROCESSOR)
+    procs.KimiGPUProcessorWrapper = type(
+        "KimiGPUProcessorWrapper", (), {"__init__": _wrapper_init, "_cpu_call": None}
+    )
+    monkeypatch.setitem(sys.modules, "sglang", top)
+    monkeypatch.setitem(sys.modules, cpu.KIMI_PROCESSOR, procs)
+    registry = PatchRegistry()
+    registry._loaded_catalog = True
+    registry.register(cpu.KimiFusedCpuProcessorPatch())
+    monkeypatch.setattr(registry_module, "REGISTRY", registry)
+    yield registry
+    forget_faults()
+    registry.revert()
+
+
+def _cpu_case(registry: PatchRegistry) -> HeldCase:
+    medias = [{"type": "image", "image": Image.fromarray(rand_array(4, 333, 517, 3))}]
+    wrapper_cls = sys.modules[cpu.KIMI_PROCESSOR].KimiGPUProcessorWrapper
+
+    def held_processor() -> Any:  # what the wrapper preprocesses with
+        hf_processor = types.SimpleNamespace(media_processor=_CheckpointProcessor())
+        return wrapper_cls(hf_processor).media_processor
+
+    def build() -> Any:
+        registry.apply(engine="sglang")
+        processor = held_processor()
+        assert isinstance(processor, FusedKimiProcessor), type(processor)
+        return processor
+
+    def equal(ours: Any, theirs: Any) -> bool:
+        return all(torch.equal(ours[k], theirs[k]) for k in ("pixel_values", "grid_thws"))
+
+    return HeldCase(
+        patch=cpu.PATCH,
+        reference=lambda: held_processor().preprocess(medias),
+        build=build,
+        inject=lambda mp, _held, fast: mp.setattr(FusedKimiProcessor, "preprocess", fast),
+        call=lambda held: held.preprocess(medias),
+        equal=equal,
+    )
+
+
+def test_kimi_cpu_processor_is_the_checkpoints_after_quarantine(fake_sglang_cpu, monkeypatch):
+    rows = check_held_object(_cpu_case(fake_sglang_cpu), monkeypatch)
+    assert [state for _, state, _ in rows] == ["applied", "applied", *["faulted"] * 3]
+    assert fake_sglang_cpu.installed() == []  # reverted: wrappers built afterwards keep theirs
