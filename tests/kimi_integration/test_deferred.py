@@ -396,6 +396,53 @@ def test_owner_rejects_tampered_frames():
         proc.run(payload)
 
 
+def _eager_payload(fused):
+    """A payload of one eager item (a float tensor) followed by one raw item."""
+
+    def eager_fn(medias):
+        as_bytes = (medias[0]["image"] * 255).round().to(torch.uint8)
+        return fused.preprocess([img(as_bytes)])["pixel_values"]
+
+    proc = DeferredKimiProcessor(KIMI_K25_CFG, eager_fn=eager_fn)
+    payload = proc.prepare([img(torch.rand(300, 400, 3)), img(INPUTS["pil-rgb"])])
+    assert payload.medias[0].decision.form is TransportForm.EAGER
+    return proc, payload
+
+
+EAGER_TAMPERS = {
+    # one patch would broadcast into every row of the item: plausible shape, wrong pixels
+    "one-patch": (lambda px: px[:1].clone(), "shape"),
+    "rows-missing": (lambda px: px[:-1].clone(), "shape"),
+    "rows-extra": (lambda px: torch.cat([px, px[:1]]), "shape"),
+    "patch-shape": (lambda px: px.reshape(px.shape[0], 3, 7, 28), "shape"),
+    "flat": (lambda px: px.reshape(px.shape[0], -1), "shape"),
+    "uint8": (lambda px: px.to(torch.uint8), "float32"),
+    "float64": (lambda px: px.to(torch.float64), "float32"),
+    "bfloat16": (lambda px: px.to(torch.bfloat16), "float32"),
+    "meta": (lambda px: torch.empty(px.shape, dtype=px.dtype, device="meta"), "no readable"),
+    "numpy": (lambda px: px.numpy(), "torch tensor"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tamper", list(EAGER_TAMPERS))
+def test_owner_checks_eager_pixel_values_against_their_plan(fused, tamper, backend):
+    """Eager items are checked at the owner like raw and encoded frames: nothing is broadcast
+    or cast silently (issue #31: a [1, 3, 14, 14] tensor filled all the item's rows)."""
+    proc, payload = _eager_payload(fused)
+    change, match = EAGER_TAMPERS[tamper]
+    payload.medias[0].pixel_values = change(payload.medias[0].pixel_values)
+    with pytest.raises(DeferredPayloadError, match=match):
+        proc.run(payload, resize_backend=backend)
+
+
+def test_owner_runs_an_untampered_eager_payload(fused):
+    proc, payload = _eager_payload(fused)
+    out = proc.run(payload)
+    rows = payload.medias[0].plan.num_patches
+    assert torch.equal(out["pixel_values"][:rows], payload.medias[0].pixel_values)
+
+
 @pytest.mark.parametrize(
     "bad", [b"", b"not an image", INPUTS["jpeg-bytes"][:200], 3.5, {"a": 1},
             np.zeros((4, 4, 2), dtype=np.uint8)],

@@ -41,6 +41,8 @@ class FeaturePatch(Patch):
 
         @contained(self.name, original)
         def feature(x: int) -> int:
+            if x == -13:
+                raise IndexError("bug on input the engine refuses too")
             if x < 0:
                 return original(x)  # the engine's function raises: not our fault
             if x == 13:
@@ -158,6 +160,19 @@ def test_user_errors_and_engine_errors_propagate_uncounted(reg) -> None:
         target.feature(-1)
     assert CALLS["original"] == 1  # the original is not run a second time
     assert containment.LEDGER.counts == {}
+
+
+def test_bad_input_the_engine_refuses_too_is_never_a_fault(reg) -> None:
+    """A client cannot disable a patch by sending input the engine's own code rejects."""
+    reg.apply()
+    target = sys.modules[TRIGGER]
+    for _ in range(5):  # past the limit of 3
+        with pytest.raises(RuntimeError, match="engine's own") as info:
+            target.feature(-13)
+        assert info.value.__context__ is None  # the engine's error, not chained onto ours
+    assert containment.LEDGER.counts == {}
+    assert _state(reg, "fault-feature") is PatchStatus.APPLIED
+    assert target.feature(13) == 26 and containment.LEDGER.counts == {"fault-feature": 1}
 
 
 def test_no_fallback_propagates_but_counts() -> None:

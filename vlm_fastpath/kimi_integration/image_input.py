@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from .._tensors import host_numpy
 from .errors import ImageTooLargeError, KimiInputError
 
 _ARRAY_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
@@ -108,16 +109,7 @@ def _is_tensor(obj: Any) -> bool:
 
 def tensor_to_numpy(obj: Any) -> np.ndarray:
     """A host numpy view of a tensor's pixels, refusing tensors that hold no data."""
-    device = getattr(getattr(obj, "device", None), "type", "cpu")
-    if device == "meta":
-        raise KimiInputError(
-            f"pixel tensor of shape {tuple(obj.shape)} is on the 'meta' device and holds no "
-            "data; pass a tensor with real pixels"
-        )
-    try:
-        return obj.detach().cpu().numpy()
-    except (RuntimeError, NotImplementedError, TypeError) as exc:
-        raise KimiInputError(f"cannot read pixels from {obj.dtype} tensor: {exc}") from exc
+    return host_numpy(obj, KimiInputError)
 
 
 def _unwrap(obj: Any) -> Any:

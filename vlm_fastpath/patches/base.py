@@ -158,6 +158,10 @@ class Patch:
     after: ClassVar[tuple[str, ...]] = ()  # apply after these (they wrap what we then wrap)
     requires: ClassVar[tuple[str, ...]] = ()  # each must be applied, else "not-needed"
     requires_any: ClassVar[tuple[str, ...]] = ()  # at least one must be applied
+    # Why a quarantine must leave this patch's changes installed, or "" (they are reverted).
+    # For a patch whose objects are the only reader of data already in flight (deferred
+    # payloads): its contained calls answer with the engine-equivalent path once faulted.
+    stays_when_faulted: ClassVar[str] = ""
 
     def upstream_equivalent(self) -> str | None:
         """Reason string if the running engine already does what this patch does."""

@@ -8,9 +8,12 @@ function would have answered. ``contained`` (a decorator for a wrapper) and ``ca
 - re-raise user-input errors (``ValueError`` and subclasses such as ``KimiInputError``, which
   the engines turn into a 400) and exceptions raised inside the engine's original function
   (the original would only fail again), untouched;
-- otherwise log once per patch with the traceback, count the fault, and answer the call with
-  the engine's original function, when the wrapper declares that nothing was changed before
-  the fault (``fallback=True``); with ``fallback=False`` the exception propagates;
+- otherwise answer the call with the engine's original function, when the wrapper declares
+  that nothing was changed before the fault (``fallback=True``), and count the fault (logged
+  once per patch with the traceback) only when the original succeeds: if the engine's own
+  code fails on the same arguments, the input was bad, the engine's error propagates and
+  nothing is counted, so bad input can never disable a patch; with ``fallback=False`` (or no
+  original) the fault is counted and the exception propagates;
 - after ``VLM_FASTPATH_FAULT_LIMIT`` faults (default 3) the patch is disabled for the process:
   every guarded call goes straight to the original and the registry reverts the patch and
   reports it as ``faulted`` (``vlm_fastpath.status()``, ``doctor``).
@@ -160,12 +163,45 @@ def call_contained(
             raise
         # An inner guard that could not fall back: state may have changed under this call too.
         changed = getattr(exc, _STATE_MARK, False)
-        if LEDGER.record(patch, exc, where or getattr(fast, "__qualname__", "fast path")):
-            _disable(patch)
         if not fallback or original is None or changed:
+            _count(patch, exc, where, fast)
             _mark(exc, _STATE_MARK)
             raise
-    return original()
+        fault = exc
+    # Outside the handler, so the engine's own error does not chain onto ours.
+    return _engine_decides(patch, fault, original, where or _where(fast))
+
+
+def _where(fast: Callable[..., Any]) -> str:
+    return getattr(fast, "__qualname__", "fast path")
+
+
+def _count(patch: str, exc: BaseException, where: str, fast: Callable[..., Any]) -> None:
+    if LEDGER.record(patch, exc, where or _where(fast)):
+        _disable(patch)
+
+
+def _engine_decides(
+    patch: str, fault: BaseException, original: Callable[[], T], where: str
+) -> T:
+    """Answer a faulted call with the engine; count the fault only if the engine succeeds.
+
+    When the engine's own code fails on the same arguments too, the input is bad for the
+    engine as well: its error is what the request gets without vlm-fastpath, and counting
+    it would let a client disable the patch by sending bad input.
+    """
+    try:
+        result = original()
+    except Exception as engine_exc:
+        _mark(engine_exc, _ENGINE_MARK)
+        logger.debug(
+            "vlm_fastpath: patch %s: %s also failed in the engine's own code (%s: %s); "
+            "bad input, not counted as a fault", patch, where, type(engine_exc).__name__,
+            engine_exc,
+        )
+        raise
+    _count(patch, fault, where, original)
+    return result
 
 
 def contained(

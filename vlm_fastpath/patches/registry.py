@@ -455,11 +455,22 @@ class PatchRegistry:
         """Take ``name`` off for good (run-time faults) and report it ``faulted``.
 
         Patches that require it are reverted and report ``not-needed``; patches only stacked
-        on it are put back on top of what remains. Returns the names reverted for good.
+        on it are put back on top of what remains. Returns the names reverted for good. A
+        patch with ``stays_when_faulted`` keeps its changes installed (its contained calls
+        answer with the engine-equivalent path from now on) and is reported ``faulted``.
         """
         with self._lock:
             patch = self._patches[name]
             self._faulted[name] = reason
+            if patch.stays_when_faulted and name in self._applied_seq:
+                reason = f"{reason}; left installed: {patch.stays_when_faulted}"
+                self._faulted[name] = reason
+                self._results[name] = PatchResult(
+                    name, patch.engine, PatchStatus.FAULTED, reason, engine_version(patch.engine)
+                )
+                logger.warning("vlm_fastpath (pid %d): patch %s disabled: %s", os.getpid(),
+                               name, reason)
+                return [name]
             lifted = self._take_off(self._closure([name])) if name in self._applied_seq else []
             self._results[name] = PatchResult(
                 name, patch.engine, PatchStatus.FAULTED, reason, engine_version(patch.engine)
@@ -484,11 +495,18 @@ class PatchRegistry:
             return gone
 
     def clear_faults(self) -> None:
-        """Forget quarantines (tests): faulted patches become pending again."""
+        """Forget quarantines (tests): faulted patches become pending again (applied, for
+        one left installed)."""
         with self._lock:
             for name in self._faulted:
                 patch = self._patches[name]
-                self._results[name] = PatchResult(name, patch.engine, PatchStatus.PENDING)
+                if name in self._applied_seq:
+                    self._results[name] = PatchResult(
+                        name, patch.engine, PatchStatus.APPLIED, patch.summary,
+                        engine_version(patch.engine),
+                    )
+                else:
+                    self._results[name] = PatchResult(name, patch.engine, PatchStatus.PENDING)
             self._faulted.clear()
 
     def installed(self) -> list[str]:

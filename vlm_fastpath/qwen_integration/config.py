@@ -110,6 +110,8 @@ class QwenImageConfig:
         try:
             with open(file, encoding="utf-8") as handle:
                 data = json.load(handle)
+        except UnicodeDecodeError as exc:  # a ValueError, not a JSONDecodeError
+            raise QwenConfigError(f"{file} is not UTF-8 text (a JSON file is): {exc}") from exc
         except (OSError, json.JSONDecodeError) as exc:
             raise QwenConfigError(f"cannot read {file}: {exc}") from exc
         return cls.from_dict(data, mode=mode)

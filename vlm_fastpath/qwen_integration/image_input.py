@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from .._tensors import host_numpy
 from .errors import QwenImageTooLargeError, QwenInputError
 
 CHANNELS_FIRST = "channels_first"
@@ -150,7 +151,7 @@ def to_rgb(
                 f"pixel tensors must be uint8, got dtype {obj.dtype}; convert floats to uint8 "
                 "yourself"
             )
-        return _array_to_hwc(obj.detach().cpu().numpy(), input_data_format)
+        return _array_to_hwc(host_numpy(obj, QwenInputError), input_data_format)
     raise QwenInputError(_type_message(obj))
 
 

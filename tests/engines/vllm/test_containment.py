@@ -18,6 +18,7 @@ from vlm_fastpath.patches import REGISTRY, containment
 from .kimi_model import clear_processor_caches, processing_info
 from .test_kimi_processor import _medias
 from .test_moonvit_syncs import _equal, run_forward, tower, vit_module  # noqa: F401
+from .test_qwen_processor import _hf_image_processor, checkpoints, processors  # noqa: F401
 
 FUSED_UPSTREAM = Version("0.25")
 
@@ -105,6 +106,53 @@ def test_processor_quarantined_after_the_limit(model_dir, vllm_version, monkeypa
     assert type(again).__name__ != "FastpathKimiVisionProcessor"
     vlm_fastpath.apply("vllm")
     assert _state(name)[0] == "faulted"
+
+
+def _meta_image(family: str) -> torch.Tensor:
+    shape = (40, 56, 3) if family == "kimi" else (3, 40, 56)
+    return torch.empty(shape, dtype=torch.uint8, device="meta")
+
+
+@pytest.mark.parametrize("family", ["kimi", "qwen2.5"])
+def test_bad_input_never_quarantines(family, model_dir, vllm_version, processors):  # noqa: F811
+    """A data-less (meta) tensor, sent past the fault limit, fails each call as vLLM's own
+    processor fails it (or with our input error) and is never counted (#31 item 3)."""
+    image = _meta_image(family)
+    if family == "kimi":
+        name = _processor_patch(vllm_version)
+        clear_processor_caches()
+        held = processing_info(model_dir).image_processor
+
+        def call():
+            return held.preprocess([{"type": "image", "image": image}], return_tensors="pt")
+        for _ in range(5):  # the limit is 100 here; 3 is the default
+            with pytest.raises(ValueError, match="'meta' device") as info:
+                call()
+            assert type(info.value).__name__ == "KimiInputError"
+    else:
+        name = "vllm-qwen2-5-vl-processor"
+        processor = processors["qwen2.5"][1]
+        vlm_fastpath.revert("vllm")
+        theirs = _outcome(_hf_image_processor(processor), image)  # what transformers does
+        vlm_fastpath.apply("vllm")
+        held = _hf_image_processor(processor)
+        assert type(held).__name__.startswith("Fastpath")
+        for _ in range(5):
+            assert _outcome(held, image) == theirs
+    assert containment.LEDGER.counts == {}
+    assert _state(name)[0] == "applied"
+
+
+def _outcome(image_processor, image) -> tuple:
+    """What one call gives, comparable across processors: an error type, or tensor metadata
+    (a meta tensor has no values to compare)."""
+    try:
+        out = image_processor.preprocess([image], return_tensors="pt")
+    except Exception as exc:  # noqa: BLE001 - the outcome is what is compared
+        return ("raised", type(exc).__name__)
+    return ("returned", *sorted(
+        (key, tuple(v.shape), str(v.dtype), v.device.type) for key, v in out.items()
+    ))
 
 
 @pytest.mark.parametrize("target", ["_attention", "host_grid"])

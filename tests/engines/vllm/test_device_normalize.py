@@ -307,6 +307,24 @@ def test_revert_restores_originals(patched, kimi_module):
     assert _status()[NAME]["status"] == "pending"
 
 
+def test_held_view_is_float32_once_the_patch_is_off(patched, kimi_module, model_dir):
+    """A uint8 view vLLM got before a revert would feed raw bytes to a model whose
+    normalizing half is gone: once the patch is off it answers as vLLM's processor (#31)."""
+    medias = _medias()[:2]
+    vlm_fastpath.revert("vllm")
+    clear_processor_caches()
+    theirs = _mm_processor(kimi_module, model_dir, torch.float32).info.get_hf_processor(
+    ).image_processor.preprocess(medias, return_tensors="pt")
+    vlm_fastpath.apply("vllm")
+    processor = _mm_processor(kimi_module, model_dir, torch.float32)
+    view = processor.info.get_hf_processor().image_processor
+    assert view.preprocess(medias, return_tensors="pt")["pixel_values"].dtype == torch.uint8
+    vlm_fastpath.revert("vllm", patches=[NAME])
+    out = view.preprocess(medias, return_tensors="pt")
+    assert out["pixel_values"].dtype == torch.float32
+    assert torch.equal(out["pixel_values"], theirs["pixel_values"])
+
+
 def test_skip_by_name(patched, monkeypatch, kimi_module, model_dir):
     vlm_fastpath.revert("vllm")
     monkeypatch.setenv("VLM_FASTPATH_SKIP", NAME)

@@ -271,9 +271,40 @@ class DeferredKimiProcessor:
                         f"media has {len(media.frames)} frames, its plan says {expected}"
                     )
                 self._check_plan(media)
-            elif media.pixel_values is None:
-                raise DeferredPayloadError("eager media carries no pixel_values")
+            else:
+                self._check_eager(media)
         return payload
+
+    def _check_eager(self, media: DeferredMedia) -> None:
+        """Eager ``pixel_values`` must be exactly what the plan describes: float32
+        ``[num_patches, 3, p, p]`` with real data. Copying them into the output would
+        otherwise broadcast a single patch over every row or cast other dtypes silently."""
+        pixels = media.pixel_values
+        if pixels is None:
+            raise DeferredPayloadError("eager media carries no pixel_values")
+        if not isinstance(pixels, torch.Tensor):
+            raise DeferredPayloadError(
+                f"eager pixel_values must be a torch tensor, got {type(pixels).__name__}"
+            )
+        plan = media.plan
+        p = self.config.patch_size
+        expected = (plan.num_patches, 3, p, p)
+        got = tuple(int(v) for v in pixels.shape)
+        if plan.patch_size != p or got != expected:
+            raise DeferredPayloadError(
+                f"eager pixel_values of shape {got} do not match their {media.kind} plan "
+                f"{plan.grid_thw}: expected {expected} ({plan.num_patches} patch rows of "
+                f"3x{p}x{p}); refusing to broadcast or reshape them"
+            )
+        if pixels.dtype != torch.float32:
+            raise DeferredPayloadError(
+                f"eager pixel_values must be float32, got {pixels.dtype}; refusing to cast"
+            )
+        if pixels.device.type == "meta" or pixels.layout != torch.strided:
+            raise DeferredPayloadError(
+                f"eager pixel_values hold no readable data ({pixels.device.type} device, "
+                f"{pixels.layout})"
+            )
 
     def _check_plan(self, media: DeferredMedia) -> None:
         """The plan must be the one this owner computes from the frames' recorded size."""

@@ -57,6 +57,12 @@ class KimiK25DeferredOwnerPatch(Patch):
     # outermost get_image_feature wrapper: the items it hands on are already materialized
     after = ("sglang-moonvit-max-seqlen-once", "sglang-kimi-k25-encoder-dp-owner-only")
 
+    # Payloads already sent (and senders in other processes that keep deferring) reach
+    # only this reader: faulted, it answers with the reference backend on the CPU.
+    stays_when_faulted = (
+        "deferred payloads can only be read here; answered by the CPU reference backend"
+    )
+
     def apply(self, ctx: PatchContext) -> None:
         kimi = module(KIMI_K25)
         require(kimi, "KimiK25ForConditionalGeneration")

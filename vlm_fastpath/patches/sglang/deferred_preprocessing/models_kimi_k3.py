@@ -53,6 +53,12 @@ class KimiK3DeferredOwnerPatch(Patch):
     upstream_pr = "sgl-project/sglang#33921"
     summary = "Kimi K3: the vision owner preprocesses deferred images on its device"
 
+    # Payloads already sent (and senders in other processes that keep deferring) reach
+    # only this reader: faulted, it answers with the reference backend on the CPU.
+    stays_when_faulted = (
+        "deferred payloads can only be read here; answered by the CPU reference backend"
+    )
+
     def upstream_equivalent(self) -> str | None:
         return upstream_defers()
 

@@ -66,8 +66,22 @@ PROCESSOR_PATCHES = ("vllm-kimi-processor", "vllm-kimi-fused-processor")
 logger = get_logger("vlm_fastpath.patches")
 
 
+class _Transport:
+    """Whether the patch is applied; ``apply`` turns it on through its context, so a revert
+    (or a quarantine that takes the patch off) turns it off for every view handed out."""
+
+    on = False
+
+
+TRANSPORT = _Transport()
+
+
 class Uint8TransportProcessor:
-    """Our image processor, preprocessing to uint8 patches (normalization left to the model)."""
+    """Our image processor, preprocessing to uint8 patches (normalization left to the model).
+
+    Only while the patch is applied: a view the engine still holds afterwards forwards calls
+    as vLLM made them, since the model side that normalizes uint8 is gone with the patch.
+    """
 
     vlm_fastpath_uint8_transport = True
 
@@ -79,8 +93,9 @@ class Uint8TransportProcessor:
         return self._processor
 
     def preprocess(self, medias: Any, return_tensors: Any = None, **kwargs: Any) -> Any:
-        kwargs["do_rescale"] = False
-        kwargs["do_normalize"] = False
+        if TRANSPORT.on:
+            kwargs["do_rescale"] = False
+            kwargs["do_normalize"] = False
         return self._processor.preprocess(medias, return_tensors=return_tensors, **kwargs)
 
     __call__ = preprocess
@@ -293,3 +308,4 @@ class KimiDeviceNormalizePatch(Patch):
             originals[(owner, attr)] = original
         for (owner, attr), make in targets.items():
             ctx.set_attr(owner, attr, make(originals[(owner, attr)]))
+        ctx.set_attr(TRANSPORT, "on", True)

@@ -19,7 +19,7 @@ from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
 
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiConfigError
 
-from ...containment import call_contained
+from ...containment import LEDGER, call_contained
 
 # Keys of a preprocessor_config.json that describe how it was loaded, not the processor.
 _LOADER_KEYS = frozenset(
@@ -32,12 +32,12 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
 
     model_type = "kimi_k25"
     model_input_names = ["pixel_values", "grid_thws"]
-    # Run-time containment: the patch that handed this processor out, and how to build the
-    # engine's own processor that answers a call whose fast path faulted. The patches set
-    # them (class-wide for vLLM's fused class; per instance for the checkpoint's loader).
-    patch_name: str = "vllm-kimi-fused-processor"
+    # Run-time containment: the patch that hands this processor out, and the engine class
+    # whose processor answers a call whose fast path faulted. The fused-class patch sets them
+    # class-wide while applied; each instance copies them when built, so a processor the
+    # engine holds keeps its engine after the patch is reverted (quarantine resets these).
+    patch_name: ClassVar[str] = "vllm-kimi-fused-processor"
     engine_class: ClassVar[Callable[[dict[str, Any]], Any] | None] = None
-    engine_fallback: Callable[[], Any] | None = None
 
     def __init__(self, media_proc_cfg: Mapping[str, Any], **kwargs: Any) -> None:
         for key in _LOADER_KEYS:
@@ -46,17 +46,49 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
         self._fused = FusedKimiProcessor(media_proc_cfg)
         self.media_proc_cfg = dict(self._fused.media_proc_cfg)
         self.num_frames_per_chunk = self._fused.num_frames_per_chunk
+        self._vlm_patch = type(self).patch_name
+        self._vlm_engine_class = type(self).engine_class
+        self._vlm_engine_fallback: Callable[[], Any] | None = None
+
+    def bind_engine(self, patch: str, fallback: Callable[[], Any]) -> None:
+        """Per instance (the checkpoint loader's patch): ``fallback()`` builds the engine's
+        processor, which answers faulted calls and every call once ``patch`` is faulted."""
+        self.__dict__["_vlm_patch"] = patch
+        self.__dict__["_vlm_engine_fallback"] = fallback
+
+    @property
+    def serving_patch(self) -> str:
+        """The patch whose containment this processor's calls count against."""
+        return self.__dict__.get("_vlm_patch", type(self).patch_name)
+
+    def _has_engine(self) -> bool:
+        return (
+            self.__dict__.get("_vlm_engine_fallback") is not None
+            or self.__dict__.get("_vlm_engine_class", type(self).engine_class) is not None
+        )
+
+    def _faulted_engine(self) -> Any:
+        """The engine's processor once our patch is quarantined, else None (ours answers)."""
+        if LEDGER.is_disabled(self.serving_patch) and self._has_engine():
+            return self._engine_processor()
+        return None
 
     @property
     def fused(self) -> FusedKimiProcessor:
         return self._fused
 
     # -- sizes ---------------------------------------------------------------------------
+    def _sizes_of(self, name: str) -> Callable[..., Any]:
+        """``name`` of the engine's processor once faulted (where it has one), else ours."""
+        engine = self._faulted_engine()
+        method = getattr(engine, name, None) if engine is not None else None
+        return method if callable(method) else getattr(self._fused, name)
+
     def media_tokens_calculator(self, media: Mapping[str, Any]) -> int:
-        return self._fused.media_tokens_calculator(media)
+        return self._sizes_of("media_tokens_calculator")(media)
 
     def get_resize_config(self, media_input: Mapping[str, Any]) -> dict[str, int]:
-        return self._fused.get_resize_config(media_input)
+        return self._sizes_of("get_resize_config")(media_input)
 
     @staticmethod
     def resize_image(image: Any, new_width: int, new_height: int) -> np.ndarray:
@@ -94,21 +126,23 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
                 flags = {}
             return processor.preprocess(medias, return_tensors=return_tensors, **flags)
 
-        has_engine = self.engine_fallback is not None or self.engine_class is not None
-        # Pure on its inputs: the engine's processor may answer a call that faulted here.
+        # Pure on its inputs: the engine's processor may answer a call that faulted here, and
+        # answers every call once the patch is quarantined.
         return call_contained(
-            self.patch_name, fast, engine if has_engine else None,
+            self.serving_patch, fast, engine if self._has_engine() else None,
             where="FastpathKimiVisionProcessor.preprocess",
         )
 
     def _engine_processor(self) -> Any:
         engine = self.__dict__.get("_engine")
         if engine is None:
-            if self.engine_fallback is not None:
-                engine = self.engine_fallback()
+            fallback = self.__dict__.get("_vlm_engine_fallback")
+            if fallback is not None:
+                engine = fallback()
             else:
-                assert self.engine_class is not None
-                engine = self.engine_class(dict(self.media_proc_cfg))
+                engine_class = self.__dict__.get("_vlm_engine_class", type(self).engine_class)
+                assert engine_class is not None
+                engine = engine_class(dict(self.media_proc_cfg))
             self.__dict__["_engine"] = engine
         return engine
 

@@ -77,11 +77,10 @@ def make_kimi_loader(original: Any) -> Any:
                 processor = load_own(processor_name, revision, trust_remote_code)
             if isinstance(processor, FastpathKimiVisionProcessor):
                 # The checkpoint's processor answers a call whose fast path faulted.
-                processor.patch_name = KimiK25ProcessorPatch.name
-                processor.engine_fallback = functools.partial(
+                processor.bind_engine(KimiK25ProcessorPatch.name, functools.partial(
                     original, processor_name, *args, revision=revision,
                     trust_remote_code=trust_remote_code, **kwargs,
-                )
+                ))
             return processor
         except Exception as exc:  # noqa: BLE001 - fall back to vLLM's own processor
             logger.warning(
