@@ -509,6 +509,14 @@ class PatchRegistry:
                     self._results[name] = PatchResult(name, patch.engine, PatchStatus.PENDING)
             self._faulted.clear()
 
+    def note_stand_aside(self, name: str, what: str, reason: str) -> None:
+        """Say in an applied patch's status that one object it would hand out stays the
+        engine's (a per-object contract clause failed at hand-out time)."""
+        with self._lock:
+            result = self._results.get(name)
+            if result is not None and result.status is PatchStatus.APPLIED:
+                result.reason = f"applied; {what} keeps the engine's processor: {reason}"
+
     def installed(self) -> list[str]:
         """Applied patches, in the order they are stacked (oldest first)."""
         with self._lock:

@@ -115,3 +115,46 @@ def test_qwen_signature_change_stands_aside(future, monkeypatch):
     assert result["status"] == "stood-aside", result
     assert "structure:" in result["reason"] and "get_hf_processor" in result["reason"]
     assert cls.__dict__["get_hf_processor"] is get_hf_processor
+
+
+def test_another_configuration_is_probed_before_its_first_call(vllm_version, monkeypatch):
+    """A checkpoint whose media_proc_cfg is not the one probed at apply time is probed itself;
+    where vLLM's processor differs under it, that processor answers every call."""
+    if vllm_version < FUSED_UPSTREAM:
+        pytest.skip("no fused Kimi processor in this release")
+    import numpy as np
+    import torch
+
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor
+    from vlm_fastpath.patches.vllm.kimi_processor.adapter import FastpathKimiVisionProcessor
+
+    engine_class = FastpathKimiVisionProcessor.engine_class
+    assert engine_class is not None  # the patch is applied (autouse fixture)
+    default = probe.default_media_proc_cfg()
+    other = dict(default, image_mean=[0.25, 0.5, 0.75])
+    original = engine_class.__dict__["preprocess"]
+
+    def preprocess(self, medias, return_tensors=None, do_rescale=True, do_normalize=True):
+        out = original(self, medias, return_tensors=return_tensors, do_rescale=do_rescale,
+                       do_normalize=do_normalize)
+        if list(self.media_proc_cfg["image_mean"]) != list(default["image_mean"]):
+            out["pixel_values"] = out["pixel_values"] + 1  # differs only under `other`
+        return out
+
+    monkeypatch.setattr(engine_class, "preprocess", preprocess)
+    monkeypatch.setattr(probe, "_VERDICTS", {})
+    image = probe.probe_image("RGB", 300, 200)
+
+    def pixels(processor) -> torch.Tensor:
+        out = processor.preprocess([{"type": "image", "image": image}])
+        return torch.as_tensor(np.asarray(out["pixel_values"]))
+
+    ours_other = FastpathKimiVisionProcessor(other)
+    assert torch.equal(pixels(ours_other), pixels(engine_class(other)))  # vLLM's answer
+    reason = next(r for r in vlm_fastpath.status("vllm") if r["name"] == KIMI)["reason"]
+    assert "keeps the engine's processor" in reason and "behaviour:" in reason, reason
+    ours_default = FastpathKimiVisionProcessor(default)  # the probed configuration: ours
+    want = FusedKimiProcessor(default).preprocess(
+        [{"type": "image", "image": image}], return_tensors="pt")["pixel_values"]
+    assert torch.equal(pixels(ours_default), want)
+    assert ours_default.__dict__["_vlm_probe"] is None

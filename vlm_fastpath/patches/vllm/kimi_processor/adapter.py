@@ -68,10 +68,35 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
         )
 
     def _faulted_engine(self) -> Any:
-        """The engine's processor once our patch is quarantined, else None (ours answers)."""
-        if LEDGER.is_disabled(self.serving_patch) and self._has_engine():
+        """The engine's processor once our patch is quarantined, or where this processor's
+        configuration failed the behaviour probe; else None (ours answers)."""
+        if not self._has_engine():
+            return None
+        if LEDGER.is_disabled(self.serving_patch) or self._probe_clause():
             return self._engine_processor()
         return None
+
+    def _probe_clause(self) -> str | None:
+        """The behaviour clause for this instance's configuration (vLLM's fused class only).
+
+        The patch probed the checkpoint's published configuration when it applied; a
+        checkpoint with another ``media_proc_cfg`` is probed once, before its first call.
+        """
+        if "_vlm_probe" not in self.__dict__:
+            clause = None
+            engine_class = self.__dict__.get("_vlm_engine_class")
+            if engine_class is not None and self.__dict__.get("_vlm_engine_fallback") is None:
+                from . import probe
+
+                clause = probe.verdict(engine_class, probe.OursForProbe, self.media_proc_cfg)
+                if clause:
+                    from ...registry import REGISTRY
+
+                    REGISTRY.note_stand_aside(
+                        self.serving_patch, f"media_proc_cfg {self.media_proc_cfg}", clause
+                    )
+            self.__dict__["_vlm_probe"] = clause
+        return self.__dict__["_vlm_probe"]
 
     @property
     def fused(self) -> FusedKimiProcessor:
@@ -108,6 +133,7 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
     ) -> BatchFeature:
         if isinstance(medias, (list, tuple)) and not medias:
             return BatchFeature(data={}, tensor_type=return_tensors)
+        probed_apart = self._has_engine() and self._probe_clause()
 
         def fast() -> BatchFeature:
             out = self._fused.preprocess(
@@ -126,6 +152,8 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
                 flags = {}
             return processor.preprocess(medias, return_tensors=return_tensors, **flags)
 
+        if probed_apart:
+            return engine()  # this configuration behaves differently in ours: stand aside
         # Pure on its inputs: the engine's processor may answer a call that faulted here, and
         # answers every call once the patch is quarantined.
         return call_contained(

@@ -82,6 +82,22 @@ def probe_image(mode: str, width: int, height: int, seed: int = 0) -> Any:
     return image.convert("RGB").convert(mode)
 
 
+class OursForProbe:
+    """Our pixels as the adapter computes them, outside containment (a probe is no fault)."""
+
+    def __init__(self, media_proc_cfg: dict[str, Any]) -> None:
+        from vlm_fastpath.kimi_integration import FusedKimiProcessor
+
+        self._fused = FusedKimiProcessor(media_proc_cfg)
+
+    def preprocess(
+        self, medias: list[Any], do_rescale: bool = True, do_normalize: bool = True
+    ) -> Any:
+        return self._fused.preprocess(
+            medias, return_tensors="pt", do_rescale=do_rescale, do_normalize=do_normalize
+        )
+
+
 def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
     try:
         out = call()

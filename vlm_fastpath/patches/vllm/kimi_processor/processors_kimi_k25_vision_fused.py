@@ -80,7 +80,7 @@ class KimiFusedProcessorPatch(Patch):
             return f"structure: {CLASS_NAME} has {', '.join(missing)}, which ours lacks"
         from . import probe
 
-        return probe.verdict(original, _ProbeTarget, probe.default_media_proc_cfg())
+        return probe.verdict(original, probe.OursForProbe, probe.default_media_proc_cfg())
 
     def apply(self, ctx: PatchContext) -> None:
         kimi = sys.modules[KIMI_K25]
@@ -96,16 +96,3 @@ class KimiFusedProcessorPatch(Patch):
         if kimi.__dict__.get(CLASS_NAME) is not FastpathKimiVisionProcessor:
             raise LookupError(f"could not rebind {KIMI_K25}.{CLASS_NAME}")
 
-
-class _ProbeTarget:
-    """Our pixels as the adapter computes them, outside containment (a probe is no fault)."""
-
-    def __init__(self, media_proc_cfg: dict) -> None:
-        from vlm_fastpath.kimi_integration import FusedKimiProcessor
-
-        self._fused = FusedKimiProcessor(media_proc_cfg)
-
-    def preprocess(self, medias: list, do_rescale: bool = True, do_normalize: bool = True):
-        return self._fused.preprocess(
-            medias, return_tensors="pt", do_rescale=do_rescale, do_normalize=do_normalize
-        )

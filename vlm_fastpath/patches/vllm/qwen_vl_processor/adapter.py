@@ -254,11 +254,8 @@ def forget_views() -> None:
 def note_stand_aside(patch: str, what: str, reason: str) -> None:
     """Put a run-time stand-aside decision in the patch's status reason (doctor, status())."""
     try:
-        from ...base import PatchStatus
         from ...registry import REGISTRY
 
-        for result in REGISTRY.status():
-            if result.name == patch and result.status is PatchStatus.APPLIED:
-                result.reason = f"applied; {what} keeps the engine's processor: {reason}"
+        REGISTRY.note_stand_aside(patch, what, reason)
     except Exception:  # noqa: BLE001 - reporting must never fail a request
         pass
