@@ -142,6 +142,20 @@ def test_a_new_release_gets_a_recipe_from_its_wheel() -> None:
     assert not any("pytest" in n or "protobuf" in n for n in notes), notes
 
 
+def test_common_pins_stay_and_are_re_pinned_where_the_wheel_names_them() -> None:
+    """SGLang's common.txt holds indirect requirements (ipython's) the wheel never names."""
+    metadata = "Name: sglang\nRequires-Dist: gguf>=0.20\nRequires-Dist: orjson\n"
+    common = ["# every SGLang env", "gguf==0.19.0", "traitlets==5.16.1", "orjson==3.13.0"]
+    template, _ = discover.template_for("sglang", "0.5.24")
+    assert template == (ROOT / "ci/sglang/sglang-0.5.23.txt").read_text().splitlines()
+    lines, _ = discover.pins_for("sglang", "0.5.24", metadata, template, BASE, REGISTRY.get,
+                                 common)
+    assert lines == ["sglang==0.5.24", "gguf==0.21.0", "traitlets==5.16.1", "orjson==3.13.0"]
+    assert discover.template_for("sglang", "0.5.24")[1] == (
+        ROOT / "ci/sglang/common.txt").read_text().splitlines()
+    assert discover.template_for("vllm", "0.35.0")[1] == []
+
+
 def test_nothing_that_fits_is_a_note_not_a_pin() -> None:
     lines, notes = discover.pins_for("vllm", "0.35.0", METADATA, TEMPLATE, BASE, {}.get)
     assert "gguf==0.19.0" not in lines and "xgrammar==0.2.9" in lines
