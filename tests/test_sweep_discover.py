@@ -205,7 +205,7 @@ def test_modules_hash_is_code_fingerprint(tmp_path, monkeypatch) -> None:
 
 def _result(**kw):
     out = {"ok": True, "applied": ["p1", "p2"], "fingerprints": {"p1": "a" * 16, "p2": "b" * 16},
-           "gapped": []}
+           "gapped": [], "problems": [], "steps": {}}
     out.update(kw)
     return out
 
@@ -259,3 +259,98 @@ def test_verified_json_is_package_data_of_the_fingerprint_module() -> None:
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_no_hidden_release_without_a_record(engine: str) -> None:
     assert not discover.unrecorded(engine, [], set())
+
+
+def _fake_site(root: Path, kimi: str) -> Path:
+    """A site-packages holding the vLLM modules the patches touch (one of them given)."""
+    site = root / envs.SITE
+    for module in ("transformers_utils/processor", "model_executor/models/kimi_k25",
+                   "multimodal/media/image", "model_executor/models/qwen2_vl"):
+        path = site / "vllm" / f"{module}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(kimi if module.endswith("kimi_k25") else f"# {module}\n")
+    return site
+
+
+def test_a_new_patch_release_with_the_same_files_costs_no_env(tmp_path, monkeypatch) -> None:
+    table = run.coverage.load("vllm")
+    monkeypatch.setattr(run.discover, "download_wheel", lambda *a: _fake_site(
+        tmp_path / "new", "KIMI = 1\n"))
+    monkeypatch.setattr(run.envs, "build", lambda name: (
+        tmp_path / "tested" if name == "vllm-0.33.0" else pytest.fail(name)))
+    _fake_site(tmp_path / "tested", "KIMI = 1\n")
+    monkeypatch.setattr(run, "sweep_release", lambda *a, **k: pytest.fail("env built"))
+    result = run.run_new("vllm", "0.33.1", table, set(), force=False)
+    assert result["ok"] and result["new"] and result["same_as"] == "0.33.0"
+    assert result["statuses"] == {p: list(v) for p, v in table["0.33.0"].items()}
+    assert "identical to 0.33.0 in all 4 files" in result["steps"]["files"]
+
+
+def test_a_new_patch_release_with_other_files_gets_a_full_run(tmp_path, monkeypatch) -> None:
+    table = run.coverage.load("vllm")
+    monkeypatch.setenv("VLM_FASTPATH_ENV_CACHE", str(tmp_path / "cache/envs"))
+    monkeypatch.setattr(run, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    monkeypatch.setattr(run.discover, "download_wheel", lambda *a: _fake_site(
+        tmp_path / "new", "KIMI = 2\n"))
+    monkeypatch.setattr(run.envs, "build", lambda name: tmp_path / "tested")
+    _fake_site(tmp_path / "tested", "KIMI = 1\n")
+    pins = []
+    monkeypatch.setattr(run.discover, "write_pins", lambda engine, release, wheel, target, v: (
+        pins.append(target), target.parent.mkdir(parents=True, exist_ok=True),
+        target.write_text(f"vllm=={release}\n")))
+    calls = []
+
+    def fake_sweep(engine, release, rows, run_behaviour, new=False):
+        calls.append((release, rows, run_behaviour, new))
+        return {"ok": True, "problems": [], "steps": {"env": "1s"}, "applied": [],
+                "statuses": {"p": ["upstream", "why"]}, "new": True}
+
+    monkeypatch.setattr(run, "sweep_release", fake_sweep)
+    monkeypatch.setattr(run.envs, "PREFER_GENERATED", set())
+    result = run.run_new("vllm", "0.33.1", table, set(), force=False)
+    assert calls == [("0.33.1", {}, True, True)]  # no table, behaviour tests on
+    assert pins == [run.envs.generated_pins() / "vllm-0.33.1.txt"]
+    assert result["steps"]["files"] == "1 of 4 patched files differ from 0.33.0 (kimi_k25)"
+    assert (tmp_path / "results/vllm-0.33.1.new.json").exists()
+    lines = run.new_lines("sweep vllm 0.33.1", result)
+    assert lines[0].startswith("sweep vllm 0.33.1 NEW ok: files 1 of 4")
+    assert lines[1:] == ["    p: upstream (why)"]
+    # hidden: the minor's tested release is itself, so no comparison; the recipe is generated
+    calls.clear()
+    run.run_new("vllm", "0.33.0", table, {"0.33.0"}, force=True)
+    assert calls and "vllm-0.33.0" in run.envs.PREFER_GENERATED
+
+
+def _main(tmp_path, monkeypatch, results: dict, argv: list[str], new=()):
+    """run.main over the real 0.32.0/0.33.0 rows with the steps faked: (rc, page rewritten,
+    verified.json's content or None when it was not written)."""
+    tables = {"vllm": {r: run.coverage.load("vllm")[r] for r in ("0.32.0", "0.33.0")},
+              "sglang": {}}
+    pages: list[str] = []
+    monkeypatch.setattr(run.coverage, "load", tables.__getitem__)
+    monkeypatch.setattr(run.coverage, "main", lambda argv: pages.append("page"))
+    monkeypatch.setattr(run, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(run, "find_new", lambda engine, only, hide: list(new) if (
+        engine == "vllm") else [])
+    monkeypatch.setattr(run, "run_new", lambda *a: {"ok": True, "problems": [], "new": True,
+                                                    "applied": [], "statuses": {}, "steps": {}})
+    monkeypatch.setenv("SWEEP_FORCE", "1")
+    monkeypatch.setattr(run, "sweep_release", lambda engine, release, *a, **k: dict(
+        results[release]))
+    target = tmp_path / "verified.json"
+    target.unlink(missing_ok=True)
+    monkeypatch.setattr(run, "VERIFIED", target)
+    rc = run.main(argv)
+    return rc, bool(pages), json.loads(target.read_text()) if target.exists() else None
+
+
+def test_verified_json_after_a_full_clean_pass_only(tmp_path, monkeypatch) -> None:
+    ok = {"0.32.0": _result(), "0.33.0": _result(applied=["p1"])}
+    assert _main(tmp_path, monkeypatch, ok, ["--jobs", "1"], new=["0.35.0"]) == (0, True, {
+        "vllm": {"p1": {"0.32.0": "a" * 16, "0.33.0": "a" * 16}, "p2": {"0.32.0": "b" * 16}}})
+    for argv in (["--release", "0.33.0"], ["--engine", "vllm"], ["--no-page"],
+                 ["--hide", "0.32.0"]):
+        assert _main(tmp_path, monkeypatch, ok, argv)[1:] == (False, None), argv
+    failed = {**ok, "0.33.0": _result(ok=False, problems=["x"])}
+    assert _main(tmp_path, monkeypatch, failed, []) == (1, False, None)
