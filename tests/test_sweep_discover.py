@@ -354,3 +354,62 @@ def test_verified_json_after_a_full_clean_pass_only(tmp_path, monkeypatch) -> No
         assert _main(tmp_path, monkeypatch, ok, argv)[1:] == (False, None), argv
     failed = {**ok, "0.33.0": _result(ok=False, problems=["x"])}
     assert _main(tmp_path, monkeypatch, failed, []) == (1, False, None)
+
+
+def _probe_env(monkeypatch, tmp_path, plugin_imports_rc: int, off_rc: int) -> list:
+    """sweep_release with a fake env whose import check fails (rc) with the plugin loaded and
+    returns ``off_rc`` with VLM_FASTPATH=0; records the commands run."""
+    ran: list = []
+    monkeypatch.setattr(run.envs, "overlay", lambda name: tmp_path)
+
+    def fake_run(cmd, env=None):
+        ran.append((cmd[1:], env))
+        if "plugin" in cmd:
+            out = {"imports": {"rc": plugin_imports_rc, "output": "vllm: ModuleNotFoundError"},
+                   "error": "ImportError: x", "traceback": "tb"}
+            return subprocess.CompletedProcess(cmd, 0, "RESULT " + json.dumps(out), "")
+        if env == {"VLM_FASTPATH": "0"} and "toggle" not in cmd:
+            return subprocess.CompletedProcess(cmd, off_rc, "", "")
+        return subprocess.CompletedProcess(cmd, 1, "", "no RESULT")
+
+    monkeypatch.setattr(run, "_run", fake_run)
+    return ran
+
+
+def test_a_new_release_whose_env_lacks_a_package_is_a_finding(tmp_path, monkeypatch) -> None:
+    ran = _probe_env(monkeypatch, tmp_path, plugin_imports_rc=1, off_rc=1)
+    result = run.sweep_release("vllm", "0.35.0", {}, run_behaviour=True, new=True)
+    assert result["ok"] and result["env_failed"] and not result["problems"]
+    assert "ModuleNotFoundError" in result["findings"][0]
+    assert ran[-1] == (["ci/engines/check_imports.py", "vllm"], {"VLM_FASTPATH": "0"})
+    assert "finding: the env lacks" in "\n".join(run.new_lines("sweep vllm 0.35.0", result))
+
+
+def test_imports_that_fail_only_with_us_fail_a_new_release(tmp_path, monkeypatch) -> None:
+    _probe_env(monkeypatch, tmp_path, plugin_imports_rc=1, off_rc=0)
+    result = run.sweep_release("vllm", "0.35.0", {}, run_behaviour=True, new=True)
+    assert not result["ok"] and any(p.startswith("imports:") for p in result["problems"])
+    # a recorded release never gets the benefit of the doubt
+    ran = _probe_env(monkeypatch, tmp_path, plugin_imports_rc=1, off_rc=1)
+    result = run.sweep_release("vllm", "0.33.0", {}, run_behaviour=True)
+    assert not result["ok"] and not any(env == {"VLM_FASTPATH": "0"} and "toggle" not in cmd
+                                        for cmd, env in ran)
+
+
+def test_a_new_release_whose_env_cannot_be_built_is_a_finding(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VLM_FASTPATH_ENV_CACHE", str(tmp_path / "cache/envs"))
+    monkeypatch.setattr(run, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    monkeypatch.setattr(run.discover, "download_wheel", lambda *a: tmp_path / "w.whl")
+    monkeypatch.setattr(run.discover, "write_pins", lambda engine, release, wheel, target, v: (
+        target.parent.mkdir(parents=True, exist_ok=True), target.write_text("vllm==0.35.0\n")))
+
+    def no_env(name):
+        raise RuntimeError("pip install ... failed: No matching distribution for foo==1")
+
+    monkeypatch.setattr(run.envs, "overlay", no_env)
+    monkeypatch.setattr(run.envs, "PREFER_GENERATED", set())
+    result = run.run_new("vllm", "0.35.0", run.coverage.load("vllm"), set(), force=True)
+    assert result["ok"] and result["env_failed"] and not result["problems"]
+    assert "No matching distribution" in result["findings"][0]
+    assert result["steps"]["env"].startswith("NOT BUILT")

@@ -172,6 +172,13 @@ def _diff(what: str, got: dict[str, str], want: dict[str, str]) -> list[str]:
     return problems
 
 
+def _imports_fail_without_us(py: str, engine: str) -> bool:
+    """The env's import check fails with vlm-fastpath off too: the env, not us (new releases,
+    whose recipe was generated)."""
+    proc = _run([py, *IMPORT_CHECKS[engine]], env={"VLM_FASTPATH": "0"})
+    return proc.returncode != 0
+
+
 def sweep_release(engine: str, release: str, rows: dict, run_behaviour: bool,
                   new: bool = False) -> dict:
     """Steps 1-4 for one release; returns {"ok", "problems", "steps", "applied", ...}.
@@ -199,6 +206,13 @@ def sweep_release(engine: str, release: str, rows: dict, run_behaviour: bool,
         plugin = _result_line(_run([py, "ci/sweep/probe.py", "plugin", engine]))
         imports = plugin.get("imports", {"rc": 1, "output": "no import check result"})
         steps["imports"] = "ok" if imports["rc"] == 0 else "FAILED"
+        if imports["rc"] and new and _imports_fail_without_us(py, engine):
+            steps["imports"] = "FAILED with VLM_FASTPATH=0 too"
+            steps["time"] = f"{time.monotonic() - start:.0f}s"
+            return {"ok": True, "problems": [], "steps": steps, "applied": [], "statuses": {},
+                    "new": True, "env_failed": True,
+                    "findings": [f"the env lacks what the engine imports (a recipe to fix, not "
+                                 f"a fault of ours): {imports['output'].strip()}"]}
         if imports["rc"]:
             problems.append(f"imports: {imports['output']}")
         if "error" in plugin:
@@ -306,7 +320,8 @@ def run_new(engine: str, release: str, table: dict, hide: set[str], force: bool)
         wheel = discover.download_wheel(engine, release, WHEELS)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         return {"ok": True, "new": True, "env_failed": True, "problems": [], "applied": [],
-                "statuses": {}, "steps": {"wheel": f"not run: {exc}"}}
+                "statuses": {}, "steps": {"wheel": "not downloaded"},
+                "findings": [f"wheel: {exc}"]}
     note = ""
     if engine == "vllm":
         tested_all = [r for r in table if r not in hide and pin_file(engine, r).exists()]
@@ -334,8 +349,10 @@ def run_new(engine: str, release: str, table: dict, hide: set[str], force: bool)
     if note:
         result["steps"] = {"files": note, **result["steps"]}
     result["steps"]["time"] = f"{time.monotonic() - start:.0f}s"
-    if result.get("env_failed"):  # an install quirk to record, not a fault of ours
+    if result.get("env_failed") and "findings" not in result:  # an install quirk, not ours
         result["ok"] = True
+        result["findings"] = result.pop("problems")
+        result["problems"] = []
         result["steps"]["env"] = "NOT BUILT (a finding: fix the recipe or record the release)"
     result.update(key=key, when=time.strftime("%Y-%m-%d %H:%M"))
     cache.write_text(json.dumps(result, indent=1))
@@ -346,13 +363,15 @@ def new_lines(label: str, result: dict) -> list[str]:
     """How a new release is printed: its line, then every patch's status and reason."""
     if result.get("kept"):
         head = (f"{label} NEW ok (unchanged since {result['when']}; "
-                f"{len(result['applied'])} applied)")
+                + ("its env could not be built" if result.get("env_failed") else
+                   f"{len(result['applied'])} applied") + ")")
     else:
         steps = " · ".join(f"{k} {v}" for k, v in result["steps"].items())
         head = f"{label} NEW {'ok' if result['ok'] else 'FAILED'}: {steps}"
     lines = [head]
     for patch, (status, reason) in sorted(result.get("statuses", {}).items()):
         lines.append(f"    {patch}: {status} ({reason})")
+    lines += ["    finding: " + f.replace("\n", "\n    ") for f in result.get("findings", [])]
     lines += ["    " + p.replace("\n", "\n    ") for p in result["problems"]]
     return lines
 
