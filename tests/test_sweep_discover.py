@@ -413,3 +413,22 @@ def test_a_new_release_whose_env_cannot_be_built_is_a_finding(tmp_path, monkeypa
     assert result["ok"] and result["env_failed"] and not result["problems"]
     assert "No matching distribution" in result["findings"][0]
     assert result["steps"]["env"].startswith("NOT BUILT")
+
+
+def test_a_tested_release_without_an_env_does_not_stop_a_new_one(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VLM_FASTPATH_ENV_CACHE", str(tmp_path / "cache/envs"))
+    monkeypatch.setattr(run, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    monkeypatch.setattr(run.discover, "download_wheel", lambda *a: tmp_path / "w.whl")
+    monkeypatch.setattr(run.discover, "write_pins", lambda engine, release, wheel, target, v: (
+        target.parent.mkdir(parents=True, exist_ok=True), target.write_text("vllm==0.33.1\n")))
+
+    def no_env(name):
+        raise RuntimeError("pip install vllm==0.33.0 failed")
+
+    monkeypatch.setattr(run.envs, "build", no_env)
+    monkeypatch.setattr(run.envs, "PREFER_GENERATED", set())
+    monkeypatch.setattr(run, "sweep_release", lambda *a, **k: {
+        "ok": True, "problems": [], "steps": {}, "applied": [], "statuses": {}, "new": True})
+    result = run.run_new("vllm", "0.33.1", run.coverage.load("vllm"), set(), force=True)
+    assert result["ok"] and result["steps"]["files"].startswith("not compared with 0.33.0")

@@ -326,8 +326,11 @@ def run_new(engine: str, release: str, table: dict, hide: set[str], force: bool)
     if engine == "vllm":
         tested_all = [r for r in table if r not in hide and pin_file(engine, r).exists()]
         tested = discover.tested_release_of_minor(release, tested_all)
-        if tested:
-            site = envs.build(f"{engine}-{tested}") / envs.SITE
+        try:
+            site = envs.build(f"{engine}-{tested}") / envs.SITE if tested else None
+        except RuntimeError as exc:  # its env is the recorded release's failure, not this one's
+            site, note = None, f"not compared with {tested} (its env: {str(exc)[:80]})"
+        if site is not None:
             files, differ = static_vllm.compare_files(static_vllm.Release(wheel),
                                                       static_vllm.Release(site))
             if not differ:
