@@ -117,13 +117,14 @@ Requires-Dist: gguf>=0.20
 Requires-Dist: torch==2.15.0
 Requires-Dist: flashinfer-python==0.7.3
 Requires-Dist: numba==0.65.0
+Requires-Dist: openai==2.8.0
 Requires-Dist: pytest; extra == "test"
 Requires-Dist: protobuf==7.36.1; platform_machine == "s390x"
 """
 TEMPLATE = ["# vLLM 0.34.0", "vllm==0.34.0", "apache-tvm-ffi==0.1.11", "xgrammar==0.2.8",
             "gguf==0.19.0", "hypothesis==6.170.17"]
 BASE = ["numba==0.65.0", "tokenizers==0.23.3", "torch==2.14.1+cu130", "transformers==5.19.0",
-        "protobuf==6.33.5"]
+        "protobuf==6.33.5", "openai==3.57.0"]
 REGISTRY = {"transformers": ["5.25.0", "5.23.1", "5.23.0rc1", "5.19.0"],
             "tokenizers": ["0.24.1", "0.24.0", "0.23.3"], "gguf": ["0.21.0", "0.20.0"]}
 
@@ -138,6 +139,8 @@ def test_a_new_release_gets_a_recipe_from_its_wheel() -> None:
         "tokenizers==0.24.1",  # the base's excluded: the newest that fits
         "transformers==5.23.1",  # what a fresh install gets (the newest final that fits)
     ]  # hypothesis (not the wheel's), torch (the base's stays), numba (fits): none
+    # openai: the base's newer release stays (2.8.0 over --no-deps would lack httpx)
+    assert "openai: the base's 3.57.0 kept over ==2.8.0" in " ".join(notes), notes
     assert any("flashinfer-python==0.7.3" in n and "--no-deps" in n for n in notes), notes
     assert not any("pytest" in n or "protobuf" in n for n in notes), notes
 

@@ -203,10 +203,11 @@ def pins_for(engine: str, release: str, metadata: str, template: list[str], base
     (packages it does not require -- test extras -- drop out). ``common`` pins (what every env
     of the engine needs beyond the base, e.g. ci/sglang/common.txt, often indirect
     requirements) are all kept, re-pinned the same way where the wheel names them. A base
-    package whose version the wheel excludes gets the newest that fits (the torch stack stays,
-    ``KEEP_BASE``), and ``FRESHEST`` packages get what a fresh install gets. Requirements in
-    neither are GPU-only or unused on this path: the wheel goes in ``--no-deps`` and the notes
-    name them.
+    package older than the wheel allows gets the newest that fits; a newer one stays (an older
+    release over ``--no-deps`` lacks its own older requirements: SGLang 0.5.23's openai==2.8.0
+    needs httpx, the base's openai 3.57 does not), as does the torch stack (``KEEP_BASE``);
+    ``FRESHEST`` packages get what a fresh install gets. Requirements in neither are GPU-only
+    or unused on this path: the wheel goes in ``--no-deps`` and the notes name them.
     """
     reqs = requirements(metadata)
     lines = [f"{engine}=={release}"]
@@ -241,6 +242,9 @@ def pins_for(engine: str, release: str, metadata: str, template: list[str], base
         chosen = pick(key, version)
         if chosen is None:
             notes.append(f"{name}: nothing on the registry fits {reqs[key].specifier}")
+        elif key not in FRESHEST and Version(chosen) < Version(version):
+            notes.append(f"{name}: the base's {version} kept over {reqs[key].specifier} (an "
+                         "older one, installed --no-deps, would miss its own requirements)")
         elif chosen != version:
             lines.append(f"{name}=={chosen}")
             notes.append(f"{name} {chosen} over the base's {version} ({reqs[key].specifier})")
