@@ -11,7 +11,7 @@ ci/sweep/not-installable.csv. ``SWEEP_HIDE`` / ``--hide`` treat recorded release
 what the sweep does with one).
 
 A new release's env recipe is written from its wheel's metadata into the machine's cache, never
-into the checkout (``pins_for``). Stdlib plus ``packaging`` (pip's own dependency).
+into the checkout (``pins_for``). Stdlib plus ``packaging`` (or pip's vendored copy of it).
 """
 
 from __future__ import annotations
@@ -25,10 +25,16 @@ import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from packaging.markers import default_environment
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-from packaging.version import Version
+try:
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+except ImportError:  # a bare python3.11 still has pip, and pip carries its own copy
+    from pip._vendor.packaging.markers import default_environment
+    from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
+    from pip._vendor.packaging.utils import canonicalize_name
+    from pip._vendor.packaging.version import Version
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
