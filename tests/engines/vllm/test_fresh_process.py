@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[3]
 FUSED_UPSTREAM = Version("0.25")
 UINT8_UPSTREAM = Version("0.32")  # vLLM normalizes Kimi pixels on the device itself
 MAX_SEQLEN_UPSTREAM = Version("0.23")  # MoonViT max_seqlen on the host
+LOADER_UPSTREAM = Version("0.34")  # ImageMediaIO.load_bytes turns a bomb into a ValueError
 OURS = "vlm_fastpath.patches.vllm.kimi_processor.adapter.FastpathKimiVisionProcessor"
 # The probes import no Qwen-VL module: those patches wait for it (tests/engines/vllm/
 # test_qwen_processor.py covers them applied).
@@ -39,6 +40,7 @@ def _probe(scenario: str, model_dir: Path, **env: str) -> dict:
 def _expected(version: Version) -> dict[str, str]:
     device_normalize = "upstream" if version >= UINT8_UPSTREAM else "applied"
     moonvit = "upstream" if version >= MAX_SEQLEN_UPSTREAM else "applied"
+    loader = "upstream" if version >= LOADER_UPSTREAM else "applied"
     if version >= FUSED_UPSTREAM:
         return {
             "vllm-processor-cls-overrides": "upstream",
@@ -46,7 +48,7 @@ def _expected(version: Version) -> dict[str, str]:
             "vllm-kimi-fused-processor": "applied",
             "vllm-kimi-device-normalize": device_normalize,
             "vllm-moonvit-max-seqlen": moonvit,
-            "vllm-image-loader-client-errors": "applied",
+            "vllm-image-loader-client-errors": loader,
             **QWEN_PENDING,
         }
     return {
@@ -55,7 +57,7 @@ def _expected(version: Version) -> dict[str, str]:
         "vllm-kimi-fused-processor": "unsupported-version",
         "vllm-kimi-device-normalize": device_normalize,
         "vllm-moonvit-max-seqlen": moonvit,
-        "vllm-image-loader-client-errors": "applied",
+        "vllm-image-loader-client-errors": loader,
         **QWEN_PENDING,
     }
 
