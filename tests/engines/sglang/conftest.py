@@ -44,7 +44,7 @@ EXPECTED = {
     "0.5.17": {H2D: "applied", GRID: "upstream", VISION: "upstream", MOONVIT: "upstream",
                PROC: "applied"},
     "0.5.23": {H2D: "upstream", GRID: "upstream", VISION: "upstream", MOONVIT: "upstream",
-               PROC: "unsupported-version"},
+               PROC: "applied"},
 }
 
 # deferred CUDA-IPC reconstruction under encoder DP: upstream from 0.5.16

@@ -168,9 +168,11 @@ def test_kimi_cpu_processor_fault(engine, monkeypatch):
     REGISTRY.revert(engine="sglang")
     before = make_wrapper()._cpu_call("a<|media_pad|>b", [image])
     _applied("sglang-kimi-k25-fused-cpu-processor")
-    monkeypatch.setattr(FusedKimiProcessor, "preprocess", _boom)
     wrapper = make_wrapper()
     assert isinstance(wrapper.media_processor, FusedKimiProcessor)
+    # A run-time fault, after the probes handed ours out (a processor that fails them is
+    # never handed out: test_kimi_processor's behaviour-clause test).
+    monkeypatch.setattr(FusedKimiProcessor, "preprocess", _boom)
     after = wrapper._cpu_call("a<|media_pad|>b", [image])
     assert torch.equal(before["pixel_values"], after["pixel_values"])
     assert torch.equal(before["image_grid_thw"], after["image_grid_thw"])

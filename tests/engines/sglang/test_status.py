@@ -33,14 +33,15 @@ def test_every_applied_patch_changed_something_and_revert_restores_identity(engi
         assert after[key] is original, key
 
 
-BEYOND_UPSTREAM = {"sglang-qwen-vl-cpu-image-processor"}
+BEYOND_UPSTREAM = {"sglang-qwen-vl-cpu-image-processor", "sglang-kimi-k25-fused-cpu-processor"}
 
 
 def test_on_0_5_23_everything_stands_aside(patched):
     if patched["version"] != "0.5.23":
         pytest.skip("0.5.23 only")
-    # The backports all stand aside on 0.5.23. Our Qwen-VL CPU processor is not a backport (0.5.23
-    # still preprocesses Qwen-VL with transformers' processor on the CPU): it alone applies.
+    # The backports all stand aside on 0.5.23. Our Qwen-VL and Kimi CPU processors are not
+    # backports (0.5.23 still preprocesses on the CPU with transformers' / the checkpoint's
+    # processor where it does so on the CPU): they alone apply.
     applied = {r.name for r in REGISTRY.status("sglang") if r.status.value == "applied"}
     assert applied <= BEYOND_UPSTREAM, applied
     REGISTRY.revert(engine="sglang", patches=BEYOND_UPSTREAM)

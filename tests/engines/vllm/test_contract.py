@@ -13,7 +13,7 @@ import vllm
 from packaging.version import Version
 
 import vlm_fastpath
-from vlm_fastpath.patches.vllm.kimi_processor import probe
+from vlm_fastpath.patches import kimi_probe as probe
 
 from .kimi_model import clear_processor_caches
 

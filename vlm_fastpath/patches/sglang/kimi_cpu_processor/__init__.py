@@ -6,10 +6,11 @@ How: ``multimodal_processors_kimi_k25`` gives ``KimiGPUProcessorWrapper`` a
 ``FusedKimiProcessor`` built from the same config (byte-identical output); the GPU path is
 untouched.
 Upstream PR: none in SGLang (the same idea is vllm-project/vllm#47416).
-Versions: sglang >=0.5.12. Upper bound kept (<0.5.23): ``sglang-kimi-k25-fused-cpu-processor``:
-0.5.23 preprocesses K2.5 on the GPU by default; its ``_cpu_call`` remains, the fallback without
-CUDA or with ``SGLANG_FORCE_CPU_IMAGE_PREPROCESSING``, and the sweep has not run ours there yet
-(to lift with a contract once it has).
+Versions: sglang >=0.5.12 with no upper bound: applies where its contract holds (structure:
+``KimiGPUProcessorWrapper.__init__(self, hf_processor, ...)``; behaviour: ours equals the
+checkpoint's media processor on ``patches.kimi_probe``'s probes before it replaces it). 0.5.23
+preprocesses K2.5 on the GPU by default; its ``_cpu_call`` is the path without CUDA or with
+``SGLANG_FORCE_CPU_IMAGE_PREPROCESSING``.
 Delete when: SGLang ships a fast CPU Kimi processor of its own.
 """
 

@@ -10,10 +10,14 @@ sglang-kimi-k25-fused-cpu-processor
     becomes a ``FusedKimiProcessor`` built from the same ``media_proc_cfg``: byte-identical
     ``pixel_values``/``grid_thws``, same token counts. The GPU path is untouched.
     Wrappers built while the patch was applied keep the fused processor after a revert.
+    Contract (checked when it applies and per processor): ``KimiGPUProcessorWrapper.__init__``
+    takes the HF processor first; ours equals the checkpoint's media processor on the probes of
+    ``patches.kimi_probe`` (under its own configuration) before it replaces it, else the
+    checkpoint's stays and the status says why.
     Upstream: the same idea is vllm PR #47416 (vLLM 0.25); SGLang has no equivalent.
-    Applies to: sglang 0.5.12 - 0.5.22 where the wrapper has a ``_cpu_call``; on 0.5.23 it is
-    outside its range (deliberately not applied: the release preprocesses on the GPU with PIL-
-    matching antialias by default, so the CPU path is only a forced fallback).
+    Applies to: sglang >=0.5.12 where the wrapper has a ``_cpu_call``, with no upper bound
+    (0.5.23 preprocesses on the GPU by default; its ``_cpu_call`` is the path without CUDA or
+    with ``SGLANG_FORCE_CPU_IMAGE_PREPROCESSING``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ...base import Patch, PatchContext
+from ...base import Patch, PatchContext, signature_clause
 from ...containment import call_contained
 from ...registry import register
 from .._common import module, require
@@ -96,6 +100,14 @@ def fused_media_processor(media_processor):
         fused = contained_processor_class()(config)
     except Exception:  # noqa: BLE001 - an unknown config keeps the checkpoint's processor
         return None
+    from ... import kimi_probe
+
+    clause = kimi_probe.instance_verdict(media_processor, config)
+    if clause:  # this checkpoint's processor behaves otherwise: it keeps answering
+        from ...registry import REGISTRY
+
+        REGISTRY.note_stand_aside(PATCH, f"media_proc_cfg {config}", clause)
+        return None
     fused.engine_processor = media_processor
     return fused
 
@@ -121,7 +133,8 @@ def _make_init(original):
 class KimiFusedCpuProcessorPatch(Patch):
     name = PATCH
     engine = "sglang"
-    versions = ">=0.5.12,<0.5.23"
+    versions = ">=0.5.12"
+    backport = False
     trigger = KIMI_PROCESSOR
     modules = (KIMI_PROCESSOR,)
     upstream_pr = ""  # SGLang has none; the same idea in vLLM is vllm-project/vllm#47416
@@ -132,6 +145,10 @@ class KimiFusedCpuProcessorPatch(Patch):
         if wrapper is None or not hasattr(wrapper, "_cpu_call"):
             return "this release has no Kimi CPU preprocessing path"
         return None
+
+    def contract(self) -> str | None:
+        wrapper = module(KIMI_PROCESSOR).KimiGPUProcessorWrapper
+        return signature_clause(wrapper, "__init__", ("self", "hf_processor"))
 
     def apply(self, ctx: PatchContext) -> None:
         proc = module(KIMI_PROCESSOR)

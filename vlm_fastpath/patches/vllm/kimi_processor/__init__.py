@@ -12,8 +12,9 @@ vLLM expects around ``FusedKimiProcessor``.
 Upstream PR: vllm-project/vllm#47416 (the fused processor and the override argument, 0.25.0).
 Versions: vLLM >=0.19 for the override and loader (0.15-0.18 call the processor's
 ``split_video_chunks``, which ours lacks; 0.25+ have both upstream), >=0.25 with no upper bound
-for the fused-class replacement, which applies where its contract holds (``probe``: ours equals
-vLLM's fused processor on probe images before it is handed out).
+for the fused-class replacement, which applies where its contract holds
+(``patches.kimi_probe``: ours equals vLLM's fused processor on probe images before it is
+handed out).
 Delete when: the override patches once vLLM <0.25 is no longer supported; the replacement once
 vLLM's own processor is as fast as ours on few cores (re-measure with ``vlm-fastpath bench``).
 """

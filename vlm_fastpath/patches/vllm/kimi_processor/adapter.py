@@ -86,7 +86,7 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
             clause = None
             engine_class = self.__dict__.get("_vlm_engine_class")
             if engine_class is not None and self.__dict__.get("_vlm_engine_fallback") is None:
-                from . import probe
+                from ... import kimi_probe as probe
 
                 clause = probe.verdict(engine_class, probe.OursForProbe, self.media_proc_cfg)
                 if clause:

@@ -24,7 +24,8 @@ Upstream: vllm-project/vllm#47416 (0.25.0), do_rescale/do_normalize from vllm-pr
 (0.32.0). Applies to vLLM >=0.25 with no upper bound, where its contract holds on the installed
 code (``contract``): the fused class exists, ``KimiK25ProcessingInfo.__init__`` reads it, its
 constructor and ``preprocess`` take what ours takes, ours offers every method it has, and ours
-equals it on the probes of ``probe`` (every PIL mode, transparency, odd sizes, float32 and uint8).
+equals it on the probes of ``patches.kimi_probe`` (every PIL mode, transparency, odd sizes,
+float32 and uint8).
 Verified by the sweep on the releases ``verified.json`` lists; elsewhere the status says so.
 """
 
@@ -78,7 +79,7 @@ class KimiFusedProcessorPatch(Patch):
         )
         if missing:
             return f"structure: {CLASS_NAME} has {', '.join(missing)}, which ours lacks"
-        from . import probe
+        from ... import kimi_probe as probe
 
         return probe.verdict(original, probe.OursForProbe, probe.default_media_proc_cfg())
 

@@ -1,13 +1,14 @@
-"""The behaviour clause of the Kimi processor patch: ours equals the engine's own, probed.
+"""The behaviour clause of the Kimi processor patches: ours equals the engine's own, probed.
 
-Before our processor is handed out in place of vLLM's ``KimiK25FusedVisionProcessor``, both
-run on small probe images: every PIL mode (transparency included: RGBA, LA, PA, P with a
-transparent palette entry), odd sizes and extreme aspect ratios, float32 and, where the engine
-takes ``do_rescale``/``do_normalize`` (vLLM 0.32+), uint8. The probes run with the engine's
-configuration and with the same configuration under a small patch budget, so the resize path
-is exercised on small images too. Where the engine raises, ours must raise as well.
+Engine-neutral (vLLM's fused-class patch and SGLang's CPU-path patch both use it). Before our
+processor is handed out in place of the engine's (vLLM's ``KimiK25FusedVisionProcessor``, or
+the checkpoint's media processor on SGLang's CPU path), both run on small probe images: every
+PIL mode (transparency included: RGBA, LA, PA, P with a transparent palette entry), odd sizes
+and extreme aspect ratios, float32 and, where the engine takes ``do_rescale``/``do_normalize``
+(vLLM 0.32+), uint8. From a class the probes also run under a small patch budget, so the resize
+path is exercised on small images too. Where the engine raises, ours must raise as well.
 
-The verdict is kept per (engine class, configuration): a process probes once.
+Verdicts are kept per (engine class, configuration): a process probes each once.
 """
 
 from __future__ import annotations
@@ -133,53 +134,76 @@ def takes_normalize_flags(processor: Any) -> bool:
         return False
 
 
+def compare_pair(engine: Any, ours: Any, label: str) -> str | None:
+    """``behaviour: ...`` naming the first probe where two processors differ, else None."""
+    flag_sets: list[dict[str, bool]] = [{}]
+    if takes_normalize_flags(engine):
+        flag_sets.append({"do_rescale": False, "do_normalize": False})
+    for mode, width, height in PROBE_IMAGES:
+        image = probe_image(mode, width, height)
+        for flags in flag_sets:
+            what = f"{mode} {width}x{height} {'uint8' if flags else 'float32'}, {label}"
+            # A fresh list each call: processors may rewrite the media dicts they are given.
+            theirs = _outcome(functools.partial(
+                engine.preprocess, [{"type": "image", "image": image}], **flags))
+            mine = _outcome(functools.partial(
+                ours.preprocess, [{"type": "image", "image": image}], **flags))
+            if theirs[0] != mine[0]:
+                side = "ours" if mine[0] == "raised" else "the engine's"
+                raised = mine[1] if mine[0] == "raised" else theirs[1]
+                return f"behaviour: {what}: only {side} raised ({raised})"
+            if theirs[0] == "ok":
+                differs = _same(mine[1], theirs[1])
+                if differs:
+                    return f"behaviour: {what}: {differs}"
+    return None
+
+
 def compare(
     engine_class: Callable[[dict[str, Any]], Any],
     ours_class: Callable[[dict[str, Any]], Any],
     media_proc_cfg: Mapping[str, Any],
 ) -> str | None:
-    """``behaviour: ...`` naming the first probe where ours and the engine's differ, else None."""
-    configs = [dict(media_proc_cfg)]
+    """``compare_pair`` under the configuration and under a small patch budget."""
     small = dict(media_proc_cfg, in_patch_limit=SMALL_PATCH_LIMIT)
-    configs.append(small)
-    for index, cfg in enumerate(configs):
-        engine = engine_class(dict(cfg))
-        ours = ours_class(dict(cfg))
-        flag_sets: list[dict[str, bool]] = [{}]
-        if takes_normalize_flags(engine):
-            flag_sets.append({"do_rescale": False, "do_normalize": False})
-        label = "the checkpoint's config" if index == 0 else f"in_patch_limit={SMALL_PATCH_LIMIT}"
-        for mode, width, height in PROBE_IMAGES:
-            image = probe_image(mode, width, height)
-            medias = [{"type": "image", "image": image}]
-            for flags in flag_sets:
-                kind = "uint8" if flags else "float32"
-                what = f"{mode} {width}x{height} {kind}, {label}"
-                theirs = _outcome(functools.partial(engine.preprocess, medias, **flags))
-                mine = _outcome(functools.partial(ours.preprocess, medias, **flags))
-                if theirs[0] != mine[0]:
-                    side = "ours" if mine[0] == "raised" else "the engine's"
-                    raised = mine[1] if mine[0] == "raised" else theirs[1]
-                    return f"behaviour: {what}: only {side} raised ({raised})"
-                if theirs[0] == "ok":
-                    differs = _same(mine[1], theirs[1])
-                    if differs:
-                        return f"behaviour: {what}: {differs}"
+    for cfg, label in ((dict(media_proc_cfg), "the checkpoint's config"),
+                       (small, f"in_patch_limit={SMALL_PATCH_LIMIT}")):
+        clause = compare_pair(engine_class(dict(cfg)), ours_class(dict(cfg)), label)
+        if clause:
+            return clause
     return None
+
+
+def _cached(key: tuple[int, str], run: Callable[[], str | None]) -> str | None:
+    with _LOCK:
+        if key in _VERDICTS:
+            return _VERDICTS[key]
+    try:
+        result = run()
+    except Exception as exc:  # noqa: BLE001 - a probe that cannot run is a failed clause
+        result = f"behaviour: the probes could not run ({type(exc).__name__}: {exc})"
+    with _LOCK:
+        _VERDICTS[key] = result
+    return result
+
+
+def _config_key(media_proc_cfg: Mapping[str, Any]) -> str:
+    return json.dumps(media_proc_cfg, sort_keys=True, default=repr)
 
 
 def verdict(
     engine_class: Any, ours_class: Any, media_proc_cfg: Mapping[str, Any]
 ) -> str | None:
     """``compare`` once per (engine class, configuration) in this process."""
-    key = (id(engine_class), json.dumps(media_proc_cfg, sort_keys=True, default=repr))
-    with _LOCK:
-        if key in _VERDICTS:
-            return _VERDICTS[key]
-    try:
-        result = compare(engine_class, ours_class, media_proc_cfg)
-    except Exception as exc:  # noqa: BLE001 - a probe that cannot run is a failed clause
-        result = f"behaviour: the probes could not run ({type(exc).__name__}: {exc})"
-    with _LOCK:
-        _VERDICTS[key] = result
-    return result
+    return _cached(
+        (id(engine_class), _config_key(media_proc_cfg)),
+        lambda: compare(engine_class, ours_class, media_proc_cfg),
+    )
+
+
+def instance_verdict(engine: Any, media_proc_cfg: Mapping[str, Any]) -> str | None:
+    """An engine processor we only hold (not its class) against ours, once per (class, config)."""
+    return _cached(
+        (id(type(engine)), _config_key(media_proc_cfg)),
+        lambda: compare_pair(engine, OursForProbe(dict(media_proc_cfg)), "its config"),
+    )
