@@ -40,6 +40,7 @@ from .patchify_kernel import (
     vertical_patchify_frame,
 )
 from .resize import KernelPillowResizer, Resizer, TorchResizer
+from .rgb_rules import RgbRules, installed, probe
 from .smart_resize import smart_resize
 from .torch_taps import AxisTaps, axis_taps
 
@@ -83,6 +84,7 @@ class FastQwen2VLImageProcessor:
         *,
         mode: str | None = None,
         resizer: Resizer | None = None,
+        rgb_rules: RgbRules | None = None,
         **kwargs: Any,
     ) -> None:
         if config is None:
@@ -100,6 +102,10 @@ class FastQwen2VLImageProcessor:
         # the patch kernel (``_stage``); False runs torch's whole resize then the patch kernel.
         self.fuse_vertical_pass = isinstance(self._resizer, TorchResizer)
         self._luts: dict[tuple[Any, ...], np.ndarray] = {}
+        # How transparent images and 4-channel arrays become RGB: the mirrored processor's
+        # (probed by from_hf), else the installed transformers' for this mode, probed at the
+        # first image that needs it (rgb_rules).
+        self._rgb_rules = rgb_rules
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -121,7 +127,14 @@ class FastQwen2VLImageProcessor:
         run ``check_compatible`` to prove the result equal before swapping it in."""
         from .compat import config_from_hf
 
-        return cls(config_from_hf(hf_processor))
+        config = config_from_hf(hf_processor)
+        return cls(config, rgb_rules=probe(hf_processor))
+
+    def rgb_rules(self) -> RgbRules:
+        """How transparent images and 4-channel arrays become RGB here (``rgb_rules``)."""
+        if self._rgb_rules is None:
+            self._rgb_rules = installed(self.config.mode)
+        return self._rgb_rules
 
     # -- transformers-like attributes ------------------------------------------------------
     @property
@@ -272,7 +285,8 @@ class FastQwen2VLImageProcessor:
         if not flat:
             raise QwenInputError("no images given")
         rgb = [
-            to_rgb(img, do_convert_rgb=config.do_convert_rgb, input_data_format=input_data_format)
+            to_rgb(img, do_convert_rgb=config.do_convert_rgb, input_data_format=input_data_format,
+                   rules=self.rgb_rules)
             for img in flat
         ]
         plans = [self._plan(config, *image_size(img)) for img in rgb]

@@ -1,0 +1,187 @@
+"""How the installed transformers turns an image into RGB, found by running it, and followed.
+
+Why: transformers changed this without notice. Up to 5.20 its ``convert_to_rgb`` is Pillow's
+``convert("RGB")``: an alpha band is dropped and a palette's or tRNS ``transparency`` is
+ignored. From 5.21 an image with an alpha band or a ``transparency`` entry is composited onto
+opaque white first, and 1- and 4-channel arrays are read too (which moves the channel-axis
+guess for an array whose first axis is 4). A version string says none of this reliably (a
+backport, a patched wheel, a subclass), so we run the processor we mirror on tiny uniform
+transparent images and a 4-channel array, once, and follow what it did. Behaviour we do not
+recognise is refused per image (``UnsupportedTransparencyError``, a ``QwenInputError``: the
+engine patches then answer with the engine's own processor), never guessed.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from .errors import UnsupportedTransparencyError
+
+DROP = "drop"  # Pillow's convert("RGB"): alpha and ``transparency`` ignored (transformers <5.21)
+WHITE = "white"  # composited onto opaque white first (transformers 5.21+)
+UNKNOWN = "unknown"  # anything else: images with transparency are refused
+_RULES = (DROP, WHITE)
+_COLOR = (40, 80, 120)  # a probe colour no background rule can produce by accident
+
+
+@dataclass(frozen=True)
+class RgbRules:
+    """What the mirrored processor does with transparency and with array channel counts.
+
+    ``transparency``: DROP, WHITE or UNKNOWN. ``array_channels``: the channel counts it looks
+    for when it guesses an array's channel axis ((1, 3), or (1, 3, 4) where it reads RGBA
+    arrays). ``detail``: what each probe gave, for reasons and logs.
+    """
+
+    transparency: str = DROP
+    array_channels: tuple[int, ...] = (1, 3)
+    detail: str = "default: Pillow's convert('RGB'), no transformers probed"
+
+
+PILLOW_DEFAULT = RgbRules()
+
+
+def has_transparency(image: Image.Image) -> bool:
+    """Whether transformers 5.21+ composites this image: an alpha band or a tRNS entry.
+
+    ``getbands`` names premultiplied alpha ``a`` (modes RGBa, La): those are not composited.
+    """
+    return "A" in image.getbands() or image.info.get("transparency") is not None
+
+
+def on_white(image: Image.Image) -> Image.Image:
+    """``image`` composited onto opaque white with Pillow's own integer blend, as RGB."""
+    rgba = image.convert("RGBA")
+    background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    return Image.alpha_composite(background, rgba).convert("RGB")
+
+
+def convert(image: Image.Image, rule: str) -> Image.Image:
+    """An RGB image as the mirrored transformers makes it under ``rule``.
+
+    Raises ``UnsupportedTransparencyError`` for a transparent image under UNKNOWN.
+    """
+    if rule != DROP and has_transparency(image):
+        if rule == WHITE:
+            return on_white(image)
+        raise UnsupportedTransparencyError(
+            f"image of mode {image.mode!r} has transparency, and the installed transformers "
+            "converts transparent images in a way vlm-fastpath does not reproduce "
+            "(neither Pillow's convert('RGB') nor a composite onto white)"
+        )
+    if image.mode == "RGB":
+        return image
+    return image.convert("RGB")
+
+
+# -- probing ----------------------------------------------------------------------------------
+def _probe_images(side: int) -> dict[str, Image.Image]:
+    """Uniform, fully transparent images of every kind transformers 5.21+ composites."""
+    r, g, b = _COLOR
+    images = {
+        "RGBA": Image.new("RGBA", (side, side), (r, g, b, 0)),
+        "LA": Image.new("LA", (side, side), (r, 0)),
+        "PA": Image.new("RGBA", (side, side), (r, g, b, 0)).convert("PA"),
+    }
+    palette = Image.new("P", (side, side), 0)
+    palette.putpalette([r, g, b] * 256)
+    palette.info["transparency"] = 0
+    images["P+tRNS"] = palette
+    rgb = Image.new("RGB", (side, side), _COLOR)
+    rgb.info["transparency"] = _COLOR
+    images["RGB+tRNS"] = rgb
+    gray = Image.new("L", (side, side), r)
+    gray.info["transparency"] = r
+    images["L+tRNS"] = gray
+    return images
+
+
+def _uniform_rgb(pixel_values: Any) -> tuple[int, int, int] | None:
+    """The one colour of a uniform image's patches ([C, T, P, P] per row), or None."""
+    values = np.asarray(pixel_values)
+    channels = values[0].reshape(3, -1)
+    colour = []
+    for channel in channels:
+        found = np.unique(channel)
+        if found.size != 1 or float(found[0]) != round(float(found[0])):
+            return None
+        colour.append(int(found[0]))
+    return (colour[0], colour[1], colour[2])
+
+
+def _uint8_call(hf_processor: Any, images: list[Any]) -> Any:
+    return hf_processor(images=images, return_tensors="pt", do_resize=False,
+                        do_rescale=False, do_normalize=False)
+
+
+def probe(hf_processor: Any) -> RgbRules:
+    """Run ``hf_processor`` on the probes and name what it did (a few small calls)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Pillow warns on palette transparency
+        return _probe(hf_processor)
+
+
+def _probe(hf_processor: Any) -> RgbRules:
+    side = int(getattr(hf_processor, "patch_size", 14))
+    side *= int(getattr(hf_processor, "merge_size", 2))
+    seen: dict[str, str] = {}
+    for kind, image in _probe_images(side).items():
+        try:
+            theirs = _uniform_rgb(_uint8_call(hf_processor, [image])["pixel_values"])
+        except Exception as exc:  # noqa: BLE001 - a failure is a behaviour we do not follow
+            seen[kind] = f"failed ({type(exc).__name__})"
+            continue
+        matches = [rule for rule in _RULES if convert(image, rule).getpixel((0, 0)) == theirs]
+        seen[kind] = matches[0] if len(matches) == 1 else f"gave {theirs}"
+    found = set(seen.values())
+    transparency = found.pop() if len(found) == 1 and found <= set(_RULES) else UNKNOWN
+    try:
+        _uint8_call(hf_processor, [np.full((side, side, 4), 255, dtype=np.uint8)])
+        channels: tuple[int, ...] = (1, 3, 4)
+    except Exception:  # noqa: BLE001 - refused: it does not look for 4 channels
+        channels = (1, 3)
+    detail = ", ".join(f"{kind}: {result}" for kind, result in seen.items())
+    return RgbRules(transparency, channels, f"{type(hf_processor).__name__} probed: {detail}")
+
+
+_INSTALLED_LOCK = threading.Lock()
+
+
+@functools.cache
+def _installed(mode: str) -> RgbRules:
+    from .compat import mode_of
+
+    try:
+        import transformers
+    except ImportError:
+        return PILLOW_DEFAULT
+    names = {"torchvision": ("Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast"),
+             "pil": ("Qwen2VLImageProcessorPil", "Qwen2VLImageProcessor")}[mode]
+    for name in names:
+        cls = getattr(transformers, name, None)
+        if cls is None:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            instance = cls()
+        if mode_of(instance) == mode:
+            return probe(instance)
+    return PILLOW_DEFAULT
+
+
+def installed(mode: str) -> RgbRules:
+    """The rules of the installed transformers' processor class for ``mode`` (probed once per
+    process); Pillow's convert when transformers or that class is missing."""
+    with _INSTALLED_LOCK:
+        return _installed(mode)
+
+
+RulesSource = Callable[[], RgbRules]
