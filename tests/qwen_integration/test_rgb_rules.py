@@ -13,12 +13,23 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
-from vlm_fastpath.qwen_integration import FastQwen2VLImageProcessor, check_compatible
-from vlm_fastpath.qwen_integration.errors import QwenInputError, UnsupportedTransparencyError
+from vlm_fastpath.qwen_integration import (
+    FastQwen2VLImageProcessor,
+    QwenImageConfig,
+    check_compatible,
+)
+from vlm_fastpath.qwen_integration.errors import (
+    QwenConfigError,
+    QwenInputError,
+    UnsupportedTransparencyError,
+)
 from vlm_fastpath.qwen_integration.rgb_rules import (
     DROP,
+    HONOURED,
+    IGNORED,
     UNKNOWN,
     WHITE,
     RgbRules,
@@ -28,6 +39,8 @@ from vlm_fastpath.qwen_integration.rgb_rules import (
 )
 
 from .helpers import CONFIGS, hf_classes, hf_kwargs, rand_array, rand_image
+
+CONFIG = QwenImageConfig.from_dict(CONFIGS["qwen2.5-vl"])
 
 
 def _on_black(image: Image.Image) -> Image.Image:
@@ -47,7 +60,7 @@ class FakeProcessor:
     """Converts like ``to_rgb`` says, then emits every pixel's colour as patch rows: enough of
     a transformers processor for the probe (uniform images, do_resize=False)."""
 
-    patch_size, merge_size = 2, 2
+    patch_size, merge_size = 14, 2
 
     def __init__(self, to_rgb: Callable[[Image.Image], Image.Image], reads_rgba: bool) -> None:
         self.to_rgb, self.reads_rgba = to_rgb, reads_rgba
@@ -75,7 +88,7 @@ class FakeProcessor:
     ids=["drop", "white", "black", "white-but-not-palettes"],
 )
 def test_probe_names_the_behaviour(to_rgb, reads_rgba, rule, channels):
-    rules = probe(FakeProcessor(to_rgb, reads_rgba))
+    rules = probe(FakeProcessor(to_rgb, reads_rgba), CONFIG)
     assert (rules.transparency, rules.array_channels) == (rule, channels), rules.detail
 
 
@@ -83,7 +96,7 @@ def test_probe_of_a_failing_processor_is_unknown():
     def boom(image: Image.Image) -> Image.Image:
         raise RuntimeError("transformers bug")
 
-    assert probe(FakeProcessor(boom, False)).transparency == UNKNOWN
+    assert probe(FakeProcessor(boom, False), CONFIG).transparency == UNKNOWN
 
 
 def _transparent() -> list[Image.Image]:
@@ -168,3 +181,40 @@ def test_check_compatible_follows_or_stands_aside(mode, convert):
         assert FastQwen2VLImageProcessor.from_hf(hf).rgb_rules().transparency == WHITE
     else:
         assert reason is not None and ("differs" in reason or "failed" in reason), reason
+
+
+@pytest.mark.parametrize("mode", ["torchvision", "pil"])
+def test_lone_pixel_limits_follow_the_rules(mode):
+    """Ignored (transformers <5.18): a lone min_pixels/max_pixels changes nothing, the pair
+    still overrides; honoured: it applies; unknown: refused (the engine's processor answers)."""
+    image = [rand_image(8, 300, 200)]
+    small = {"max_pixels": 28 * 28 * 4}
+
+    def fast(lone: str) -> FastQwen2VLImageProcessor:
+        rules = RgbRules(DROP, (1, 3), "test", None, lone)
+        return FastQwen2VLImageProcessor(CONFIGS["qwen2.5-vl"], mode=mode, rgb_rules=rules)
+
+    plain = fast(IGNORED)(images=image)["image_grid_thw"].tolist()
+    limited = fast(HONOURED)(images=image, **small)["image_grid_thw"].tolist()
+    assert limited != plain and limited[0][1] * limited[0][2] <= 4 * 4
+    assert fast(IGNORED)(images=image, **small)["image_grid_thw"].tolist() == plain
+    pair = fast(IGNORED)(images=image, min_pixels=3136, **small)["image_grid_thw"].tolist()
+    assert pair == limited
+    with pytest.raises(QwenConfigError, match="max_pixels alone"):
+        fast(UNKNOWN)(images=image, **small)
+
+
+@pytest.mark.parametrize("uint8", [True, False])
+def test_unscaled_dtype_follows_the_rules(uint8):
+    """The PIL processor before transformers 5.17 returns the bytes as uint8 when rescale and
+    normalize are off, later ones as float32: the same values either way."""
+    rules = RgbRules(DROP, (1, 3), "test", uint8)
+    fast = FastQwen2VLImageProcessor(CONFIGS["qwen2.5-vl"], mode="pil", rgb_rules=rules)
+    out = fast(images=[rand_image(9, 90, 70)], return_tensors="pt", do_rescale=False,
+               do_normalize=False)["pixel_values"]
+    assert out.dtype == (torch.uint8 if uint8 else torch.float32)
+    default = FastQwen2VLImageProcessor(CONFIGS["qwen2.5-vl"], mode="pil",
+                                        rgb_rules=RgbRules(DROP, (1, 3), "test"))
+    want = default(images=[rand_image(9, 90, 70)], return_tensors="pt", do_rescale=False,
+                   do_normalize=False)["pixel_values"]
+    assert torch.equal(out.double(), want.double())

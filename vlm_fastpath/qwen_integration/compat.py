@@ -132,6 +132,8 @@ def _probe_calls(config: QwenImageConfig) -> list[dict[str, Any]]:
         {"size": small},
         {"size": small, "do_rescale": False, "do_normalize": False},
         {"do_rescale": True, "do_normalize": False},
+        # a lone per-call limit: transformers before 5.18 ignores it (rgb_rules follows that)
+        {"min_pixels": min(4 * config.min_pixels, config.max_pixels)},
     ]
 
 

@@ -1,14 +1,18 @@
-"""How the installed transformers turns an image into RGB, found by running it, and followed.
+"""What the mirrored transformers processor does where its releases differ, found by running it.
 
-Why: transformers changed this without notice. Up to 5.20 its ``convert_to_rgb`` is Pillow's
-``convert("RGB")``: an alpha band is dropped and a palette's or tRNS ``transparency`` is
-ignored. From 5.21 an image with an alpha band or a ``transparency`` entry is composited onto
-opaque white first, and 1- and 4-channel arrays are read too (which moves the channel-axis
-guess for an array whose first axis is 4). A version string says none of this reliably (a
-backport, a patched wheel, a subclass), so we run the processor we mirror on tiny uniform
-transparent images and a 4-channel array, once, and follow what it did. Behaviour we do not
-recognise is refused per image (``UnsupportedTransparencyError``, a ``QwenInputError``: the
-engine patches then answer with the engine's own processor), never guessed.
+Why: transformers changed these between minors without notice. Up to 5.20 its
+``convert_to_rgb`` is Pillow's ``convert("RGB")``: an alpha band is dropped and a palette's or
+tRNS ``transparency`` is ignored. From 5.21 an image with an alpha band or a ``transparency``
+entry is composited onto opaque white first, and 1- and 4-channel arrays are read too (which
+moves the channel-axis guess for an array whose first axis is 4). Before 5.17 the PIL-backed
+processor returns uint8 (not float32) when rescale and normalize are off; before 5.18 both
+processors ignore a per-call ``min_pixels`` or ``max_pixels`` given alone (only the pair
+overrides ``size``). A version string says none of this reliably (a backport, a patched
+wheel, a subclass), so we run the processor we mirror on tiny uniform images (transparent
+ones, a 4-channel array, an opaque one with a lone ``max_pixels``), once, and follow what it
+did. Behaviour we do not recognise is refused per image or call
+(``UnsupportedTransparencyError``, ``QwenConfigError``: the engine patches then answer with
+the engine's own processor), never guessed.
 """
 
 from __future__ import annotations
@@ -23,27 +27,35 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from .errors import UnsupportedTransparencyError
+from .config import QwenImageConfig
+from .errors import QwenProcessorError, UnsupportedTransparencyError
+from .smart_resize import smart_resize
 
 DROP = "drop"  # Pillow's convert("RGB"): alpha and ``transparency`` ignored (transformers <5.21)
 WHITE = "white"  # composited onto opaque white first (transformers 5.21+)
 UNKNOWN = "unknown"  # anything else: images with transparency are refused
 _RULES = (DROP, WHITE)
+HONOURED, IGNORED = "honoured", "ignored"  # a lone per-call min_pixels/max_pixels
 _COLOR = (40, 80, 120)  # a probe colour no background rule can produce by accident
 
 
 @dataclass(frozen=True)
 class RgbRules:
-    """What the mirrored processor does with transparency and with array channel counts.
+    """What the mirrored processor does where transformers releases differ.
 
     ``transparency``: DROP, WHITE or UNKNOWN. ``array_channels``: the channel counts it looks
     for when it guesses an array's channel axis ((1, 3), or (1, 3, 4) where it reads RGBA
-    arrays). ``detail``: what each probe gave, for reasons and logs.
+    arrays). ``unscaled_uint8``: its output is uint8 with rescale and normalize off (None:
+    the mode's usual, float32 for PIL, uint8 for torchvision). ``lone_limits``: what a per-call
+    ``min_pixels``/``max_pixels`` given alone does (HONOURED, IGNORED or UNKNOWN: refused).
+    ``detail``: what each probe gave, for reasons and logs.
     """
 
     transparency: str = DROP
     array_channels: tuple[int, ...] = (1, 3)
     detail: str = "default: Pillow's convert('RGB'), no transformers probed"
+    unscaled_uint8: bool | None = None
+    lone_limits: str = HONOURED
 
 
 PILLOW_DEFAULT = RgbRules()
@@ -122,16 +134,20 @@ def _uint8_call(hf_processor: Any, images: list[Any]) -> Any:
                         do_rescale=False, do_normalize=False)
 
 
-def probe(hf_processor: Any) -> RgbRules:
-    """Run ``hf_processor`` on the probes and name what it did (a few small calls)."""
+def probe(hf_processor: Any, config: QwenImageConfig | None = None) -> RgbRules:
+    """Run ``hf_processor`` (whose settings are ``config``, read off it when None) on the
+    probes and name what it did (a few small calls)."""
+    if config is None:
+        from .compat import config_from_hf
+
+        config = config_from_hf(hf_processor)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Pillow warns on palette transparency
-        return _probe(hf_processor)
+        return _probe(hf_processor, config)
 
 
-def _probe(hf_processor: Any) -> RgbRules:
-    side = int(getattr(hf_processor, "patch_size", 14))
-    side *= int(getattr(hf_processor, "merge_size", 2))
+def _probe(hf_processor: Any, config: QwenImageConfig) -> RgbRules:
+    side = config.factor
     seen: dict[str, str] = {}
     for kind, image in _probe_images(side).items():
         try:
@@ -148,8 +164,41 @@ def _probe(hf_processor: Any) -> RgbRules:
         channels: tuple[int, ...] = (1, 3, 4)
     except Exception:  # noqa: BLE001 - refused: it does not look for 4 channels
         channels = (1, 3)
+    unscaled_uint8, lone = _probe_limits(hf_processor, config)
+    seen["uint8 when unscaled"] = str(unscaled_uint8)
+    seen["lone max_pixels"] = lone
     detail = ", ".join(f"{kind}: {result}" for kind, result in seen.items())
-    return RgbRules(transparency, channels, f"{type(hf_processor).__name__} probed: {detail}")
+    return RgbRules(transparency, channels, f"{type(hf_processor).__name__} probed: {detail}",
+                    unscaled_uint8, lone)
+
+
+def _probe_limits(hf_processor: Any, config: QwenImageConfig) -> tuple[bool | None, str]:
+    """(uint8 output when unscaled, what a lone per-call max_pixels does): one opaque image
+    twice the factor on each side, with max_pixels = factor**2 alone; the patch count tells
+    honoured from ignored (UNKNOWN where it is neither, or where both give the same count)."""
+    side = config.factor
+    image = Image.new("RGB", (2 * side, 2 * side), _COLOR)
+    try:
+        out = hf_processor(images=[image], return_tensors="pt", max_pixels=side * side,
+                           do_rescale=False, do_normalize=False)
+        values = out["pixel_values"]
+    except Exception:  # noqa: BLE001 - a failure is a behaviour we do not follow
+        return None, UNKNOWN
+    unscaled_uint8 = str(getattr(values, "dtype", "")).endswith("uint8")
+    rows = int(values.shape[0])
+    honoured = _patches(2 * side, config.factor, config.min_pixels, side * side, config)
+    ignored = _patches(2 * side, config.factor, config.min_pixels, config.max_pixels, config)
+    if honoured == ignored:
+        return unscaled_uint8, UNKNOWN
+    if rows == honoured:
+        return unscaled_uint8, HONOURED
+    return unscaled_uint8, IGNORED if rows == ignored else UNKNOWN
+
+
+def _patches(edge: int, factor: int, min_pixels: int, max_pixels: int,
+             config: QwenImageConfig) -> int:
+    height, width = smart_resize(edge, edge, factor, min_pixels, max_pixels)
+    return (height // config.patch_size) * (width // config.patch_size)
 
 
 _INSTALLED_LOCK = threading.Lock()
@@ -173,7 +222,10 @@ def _installed(mode: str) -> RgbRules:
             warnings.simplefilter("ignore")
             instance = cls()
         if mode_of(instance) == mode:
-            return probe(instance)
+            try:
+                return probe(instance)
+            except QwenProcessorError:  # settings we do not mirror: nothing to follow
+                return PILLOW_DEFAULT
     return PILLOW_DEFAULT
 
 
