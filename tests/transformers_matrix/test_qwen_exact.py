@@ -184,7 +184,8 @@ def test_random_sizes_both_dtypes(pair):
 
 
 def test_per_call_pixel_limits(pair):
-    """What the engines pass per request (mm_processor_kwargs): limits as size or min/max."""
+    """What the engines pass per request (mm_processor_kwargs): limits as size, min and max
+together, or one alone."""
     hf, fast = pair
     images = [smooth_image(3, 640, 480), rand_image(4, 200, 333)]
     factor = fast.config.factor
@@ -193,6 +194,9 @@ def test_per_call_pixel_limits(pair):
     _same_or_both_refuse(hf, fast, images, size=limits, **UINT8)
     _same_or_both_refuse(hf, fast, images, min_pixels=limits["shortest_edge"],
                          max_pixels=limits["longest_edge"])
+    # alone: ignored before transformers 5.18, honoured after (followed, rgb_rules)
+    _same_or_both_refuse(hf, fast, images, max_pixels=limits["longest_edge"])
+    _same_or_both_refuse(hf, fast, images, min_pixels=(16 * factor) ** 2, **UINT8)
     for height, width in [(1, 1), (555, 777), (3024, 4032)]:
         # {} rather than None: transformers 4.57's Fast class fails on None (its own bug)
         for kwargs in ({}, {"min_pixels": 100 * 100, "max_pixels": 200 * 200}):
