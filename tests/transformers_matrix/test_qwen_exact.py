@@ -196,7 +196,7 @@ together, or one alone."""
                          max_pixels=limits["longest_edge"])
     # alone: ignored before transformers 5.18, honoured after (followed, rgb_rules)
     _same_or_both_refuse(hf, fast, images, max_pixels=limits["longest_edge"])
-    _same_or_both_refuse(hf, fast, images, min_pixels=(16 * factor) ** 2, **UINT8)
+    _same_or_both_refuse(hf, fast, images, min_pixels=(10 * factor) ** 2, **UINT8)
     for height, width in [(1, 1), (555, 777), (3024, 4032)]:
         # {} rather than None: transformers 4.57's Fast class fails on None (its own bug)
         for kwargs in ({}, {"min_pixels": 100 * 100, "max_pixels": 200 * 200}):
