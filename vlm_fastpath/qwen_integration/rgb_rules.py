@@ -215,12 +215,12 @@ def _installed(mode: str) -> RgbRules:
     names = {"torchvision": ("Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast"),
              "pil": ("Qwen2VLImageProcessorPil", "Qwen2VLImageProcessor")}[mode]
     for name in names:
-        cls = getattr(transformers, name, None)
-        if cls is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                instance = getattr(transformers, name)()
+        except Exception:  # noqa: BLE001 - absent, or its backend (torchvision) is missing
             continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            instance = cls()
         if mode_of(instance) == mode:
             try:
                 return probe(instance)
