@@ -214,3 +214,15 @@ def test_arrays_and_tensors(pair):
         _same_or_both_refuse(hf, fast, [torch.from_numpy(array)], **UINT8)
     for array in (rand_array(12, 90, 4), rand_array(13, 40, 30, 4), rand_array(14, 40, 30, 1)):
         _same_or_we_refuse(hf, fast, [array])
+
+
+def test_standalone_processor_follows_the_installed_transformers(pair):
+    """Built from a config (no transformers object to probe), ours probes the installed
+    transformers' class of its mode: still exact on transparent images and unscaled output."""
+    hf, fast = pair
+    name = next(key for key, value in CONFIGS.items() if value["patch_size"] == fast.patch_size)
+    alone = FastQwen2VLImageProcessor(CONFIGS[name], mode=fast.mode)
+    images = [MODE_IMAGES["RGBA"], MODE_IMAGES["P+tRNS-bytes"], MODE_IMAGES["L+tRNS"]]
+    for kwargs in ({}, UINT8):
+        _same_or_both_refuse(hf, alone, images, **kwargs)
+    _same_or_both_refuse(hf, alone, images[:1], max_pixels=(12 * alone.config.factor) ** 2)
