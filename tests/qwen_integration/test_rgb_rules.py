@@ -206,7 +206,7 @@ def test_lone_pixel_limits_follow_the_rules(mode):
 
 @pytest.mark.parametrize("uint8", [True, False])
 def test_unscaled_dtype_follows_the_rules(uint8):
-    """The PIL processor before transformers 5.17 returns the bytes as uint8 when rescale and
+    """The PIL processor before transformers 5.15 returns the bytes as uint8 when rescale and
     normalize are off, later ones as float32: the same values either way."""
     rules = RgbRules(DROP, (1, 3), "test", uint8)
     fast = FastQwen2VLImageProcessor(CONFIGS["qwen2.5-vl"], mode="pil", rgb_rules=rules)

@@ -241,7 +241,7 @@ class FastQwen2VLImageProcessor:
         lut = self._luts.get(key)
         if lut is None and uint8 is not None:
             # the bytes themselves, as the mirrored processor returns them unscaled (uint8,
-            # or float32 from the PIL processor of transformers 5.17+): rgb_rules
+            # or float32 from the PIL processor of transformers 5.15+): rgb_rules
             lut = np.tile(np.arange(256, dtype=np.uint8 if uint8 else np.float32), (3, 1))
             self._luts[key] = lut
         elif lut is None:

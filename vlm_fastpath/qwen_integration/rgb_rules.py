@@ -4,7 +4,7 @@ Why: transformers changed these between minors without notice. Up to 5.20 its
 ``convert_to_rgb`` is Pillow's ``convert("RGB")``: an alpha band is dropped and a palette's or
 tRNS ``transparency`` is ignored. From 5.21 an image with an alpha band or a ``transparency``
 entry is composited onto opaque white first, and 1- and 4-channel arrays are read too (which
-moves the channel-axis guess for an array whose first axis is 4). Before 5.17 the PIL-backed
+moves the channel-axis guess for an array whose first axis is 4). Before 5.15 the PIL-backed
 processor returns uint8 (not float32) when rescale and normalize are off; before 5.18 both
 processors ignore a per-call ``min_pixels`` or ``max_pixels`` given alone (only the pair
 overrides ``size``). A version string says none of this reliably (a backport, a patched
