@@ -53,17 +53,21 @@ test-core: venv
 # One suite per pinned engine release, each in its cached env (matrix: ci/README.md).
 # Each suite keeps about one core busy (imports, one pytest process), so SUITE_JOBS of them run
 # at once: the vLLM suites in one lane, the SGLang suites then the serving smoke in the other,
-# each suite's output printed whole when it ends (-Otarget). Then the sweep, whose releases run
-# as many at once as there are cores.
+# each suite's output printed whole when it ends (-Otarget); the transformers matrix (the Qwen
+# parity subset under every transformers minor) after the vLLM suites. Then the sweep, whose
+# releases run as many at once as there are cores.
 SUITE_JOBS ?= 2
 test-engines: venv
 	$(MAKE) --no-print-directory -j$(SUITE_JOBS) -Otarget engine-suites
 	$(MAKE) --no-print-directory -f ci/sweep.mk sweep
 
-.PHONY: engine-suites suites-vllm suites-sglang suite-smoke
-engine-suites: suites-vllm suites-sglang suite-smoke
+.PHONY: engine-suites suites-vllm suites-sglang suite-smoke suite-transformers
+engine-suites: suites-vllm suites-sglang suite-smoke suite-transformers
 suites-vllm:
 	@$(MAKE) --no-print-directory -f ci/engines.mk test-engines
+# The transformers matrix (ci/transformers.mk) follows the vLLM suites in their lane.
+suite-transformers: suites-vllm
+	@$(MAKE) --no-print-directory -f ci/transformers.mk test-transformers
 suites-sglang:
 	@$(MAKE) --no-print-directory -f ci/sglang.mk test-sglang
 suite-smoke: suites-sglang

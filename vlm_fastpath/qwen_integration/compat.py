@@ -2,9 +2,11 @@
 
 ``config_from_hf`` reads the settings (and which arithmetic, torchvision or PIL) off a live
 transformers processor. ``check_compatible`` then runs small probe images through both, with
-upscaling, downscaling, float32 and uint8 output and a mixed batch, and returns a reason when
-anything differs: a transformers, torchvision, torch or Pillow release that changed behaviour
-makes the engine patches stand aside instead of silently serving different pixels.
+upscaling, downscaling, float32 and uint8 output, a mixed batch and a batch of transparent and
+palette images (alpha bands, tRNS entries: transformers 5.21 began compositing those onto
+white), and returns a reason when anything differs: a transformers, torchvision, torch or
+Pillow release that changed behaviour makes the engine patches stand aside instead of silently
+serving different pixels.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ SUPPORTED_CLASSES = frozenset(
 _UNSUPPORTED_TRUTHY = ("do_pad", "do_center_crop")
 
 
-def _mode_of(hf_processor: Any) -> str:
+def mode_of(hf_processor: Any) -> str:
+    """Whose arithmetic ``hf_processor`` runs: torchvision's or PIL's."""
     backend = getattr(hf_processor, "backend", None)
     if backend in (TORCHVISION, PIL):
         return str(backend)
@@ -81,7 +84,7 @@ def config_from_hf(hf_processor: Any) -> QwenImageConfig:
     for key in ("patch_size", "temporal_patch_size", "merge_size", "image_mean", "image_std",
                 "rescale_factor", "do_resize", "do_rescale", "do_normalize", "do_convert_rgb"):
         data[key] = getattr(hf_processor, key, None)
-    return QwenImageConfig.from_dict(data, mode=_mode_of(hf_processor))
+    return QwenImageConfig.from_dict(data, mode=mode_of(hf_processor))
 
 
 def _probe_images() -> list[Any]:
@@ -96,6 +99,30 @@ def _probe_images() -> list[Any]:
     return images
 
 
+def _transparent_probes() -> list[Any]:
+    """Every kind of image whose conversion to RGB transformers changed: alpha bands (RGBA, LA,
+    PA, premultiplied RGBa), palettes with one transparent index or per-index alpha, RGB and L
+    with a tRNS colour, and an opaque palette; partial alpha, 0 and 255 all present."""
+    from PIL import Image
+
+    rng = np.random.RandomState(4321)
+    height, width = 45, 61
+    rgba = rng.randint(0, 256, size=(height, width, 4)).astype(np.uint8)
+    rgba[0, :5, 3] = (0, 255, 0, 255, 1)
+    rgba_image = Image.fromarray(rgba)
+    palette = Image.fromarray(rgba[..., :3]).quantize(colors=64)
+    one_index = palette.copy()
+    one_index.info["transparency"] = int(np.asarray(palette)[0, 0])
+    per_index = palette.copy()
+    per_index.info["transparency"] = bytes(rng.randint(0, 256, size=64).astype(np.uint8))
+    rgb = Image.fromarray(rgba[..., :3])
+    rgb.info["transparency"] = tuple(int(v) for v in rgba[1, 1, :3])
+    gray = rgb.convert("L")
+    gray.info["transparency"] = int(np.asarray(gray)[2, 2])
+    return [rgba_image, rgba_image.convert("LA"), rgba_image.convert("PA"),
+            rgba_image.convert("RGBa"), one_index, per_index, rgb, gray, palette]
+
+
 def _probe_calls(config: QwenImageConfig) -> list[dict[str, Any]]:
     # A small max_pixels forces a downscale whatever the checkpoint's limits are.
     factor = config.factor
@@ -105,6 +132,8 @@ def _probe_calls(config: QwenImageConfig) -> list[dict[str, Any]]:
         {"size": small},
         {"size": small, "do_rescale": False, "do_normalize": False},
         {"do_rescale": True, "do_normalize": False},
+        # a lone per-call limit: transformers before 5.18 ignores it (rgb_rules follows that)
+        {"min_pixels": min(4 * config.min_pixels, config.max_pixels)},
     ]
 
 
@@ -125,8 +154,9 @@ def check_compatible(hf_processor: Any, fast: Any = None) -> str | None:
     except QwenProcessorError as exc:
         return f"settings not reproduced: {exc}"
     images = _probe_images()
+    transparent = _transparent_probes()
     for kwargs in _probe_calls(fast.config):
-        for batch in ([images[0]], [images[1]], images):
+        for batch in ([images[0]], [images[1]], images, transparent):
             try:
                 expected = hf_processor(images=list(batch), return_tensors="pt", **kwargs)
             except Exception as exc:  # noqa: BLE001 - any failure of theirs means stand aside

@@ -20,6 +20,11 @@ class QwenInputError(QwenProcessorError):
     """An image cannot be turned into pixels (wrong type, dtype, shape, empty...)."""
 
 
+class UnsupportedTransparencyError(QwenInputError):
+    """A transparent image, where the installed transformers converts those in a way we do not
+    reproduce (``rgb_rules``): the engine's own processor answers it instead."""
+
+
 class AspectRatioError(QwenInputError):
     """``smart_resize`` rejects the image: aspect ratio above 200 or a degenerate target."""
 

@@ -1,11 +1,12 @@
 """Turn what an engine hands the processor into RGB pixels, as transformers reads them.
 
 PIL images go through ``convert("RGB")`` (what ``do_convert_rgb`` does in both transformers
-processors). uint8 arrays and tensors follow transformers' channel rule: channels-first when
-the first axis is 1 or 3, else channels-last when the last axis is 1 or 3. Only 3-channel
-pixels are accepted: transformers itself fails (or emits a different patch width) on 1 or 4
-channels, and a float array has no single right mapping to bytes, so both are refused with a
-``QwenInputError`` rather than guessed at.
+processors), transparent ones as the mirrored transformers converts them (``rgb_rules``).
+uint8 arrays and tensors follow transformers' channel rule: channels-first when the first axis
+is 1 or 3 (or 4, where transformers 5.21+ looks for RGBA), else channels-last when the last
+axis is. Only 3-channel pixels are accepted: transformers before 5.21 fails (or emits a
+different patch width) on 1 or 4 channels, and a float array has no single right mapping to
+bytes, so both are refused with a ``QwenInputError`` rather than guessed at.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from PIL import Image
 
 from .._tensors import host_numpy
 from .errors import QwenImageTooLargeError, QwenInputError
+from .rgb_rules import DROP, RulesSource, convert, has_transparency
 
 CHANNELS_FIRST = "channels_first"
 CHANNELS_LAST = "channels_last"
@@ -80,7 +82,9 @@ def _type_message(obj: Any) -> str:
     )
 
 
-def _array_to_hwc(array: np.ndarray, input_data_format: str | None) -> np.ndarray:
+def _array_to_hwc(
+    array: np.ndarray, input_data_format: str | None, rules: RulesSource | None = None
+) -> np.ndarray:
     if array.dtype != np.uint8:
         raise QwenInputError(
             f"pixel arrays must be uint8, got dtype {array.dtype}; convert floats to uint8 "
@@ -93,9 +97,12 @@ def _array_to_hwc(array: np.ndarray, input_data_format: str | None) -> np.ndarra
         )
     layout = input_data_format
     if layout is None:
-        if array.shape[0] in (1, 3):
+        # transformers 5.21+ also looks for 4 channels (rgb_rules): asked only where it matters
+        four = rules is not None and 4 in (array.shape[0], array.shape[2])
+        channels = rules().array_channels if four and rules is not None else (1, 3)
+        if array.shape[0] in channels:
             layout = CHANNELS_FIRST
-        elif array.shape[2] in (1, 3):
+        elif array.shape[2] in channels:
             layout = CHANNELS_LAST
         else:
             raise QwenInputError(
@@ -116,9 +123,17 @@ def _array_to_hwc(array: np.ndarray, input_data_format: str | None) -> np.ndarra
 
 
 def to_rgb(
-    obj: Any, *, do_convert_rgb: bool = True, input_data_format: str | None = None
+    obj: Any,
+    *,
+    do_convert_rgb: bool = True,
+    input_data_format: str | None = None,
+    rules: RulesSource | None = None,
 ) -> Image.Image | np.ndarray:
-    """An RGB ``PIL.Image`` (for PIL inputs) or an HWC uint8 array view (arrays, tensors)."""
+    """An RGB ``PIL.Image`` (for PIL inputs) or an HWC uint8 array view (arrays, tensors).
+
+    ``rules`` (asked only for transparent images and arrays with a 4-long axis) says how the
+    mirrored transformers converts those; None: Pillow's convert("RGB") and (1, 3) channels.
+    """
     obj = _unwrap(obj)
     if isinstance(obj, Image.Image):
         check_pixel_count(*obj.size)
@@ -128,7 +143,8 @@ def to_rgb(
             raise QwenImageTooLargeError(str(exc)) from exc
         except (OSError, SyntaxError, ValueError) as exc:
             raise QwenInputError(f"cannot decode image: {exc}") from exc
-        if obj.mode == "RGB":
+        transparent = do_convert_rgb and rules is not None and has_transparency(obj)
+        if obj.mode == "RGB" and not transparent:
             return obj
         if not do_convert_rgb:
             raise QwenInputError(
@@ -137,21 +153,23 @@ def to_rgb(
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                return obj.convert("RGB")
+                return convert(obj, rules().transparency if transparent and rules else DROP)
         except Image.DecompressionBombError as exc:
             raise QwenImageTooLargeError(str(exc)) from exc
+        except QwenInputError:
+            raise
         except (OSError, ValueError) as exc:
             message = f"cannot convert image of mode {obj.mode!r} to RGB: {exc}"
             raise QwenInputError(message) from exc
     if isinstance(obj, np.ndarray):
-        return _array_to_hwc(obj, input_data_format)
+        return _array_to_hwc(obj, input_data_format, rules)
     if _is_tensor(obj):
         if obj.is_floating_point() or obj.is_complex():
             raise QwenInputError(
                 f"pixel tensors must be uint8, got dtype {obj.dtype}; convert floats to uint8 "
                 "yourself"
             )
-        return _array_to_hwc(host_numpy(obj, QwenInputError), input_data_format)
+        return _array_to_hwc(host_numpy(obj, QwenInputError), input_data_format, rules)
     raise QwenInputError(_type_message(obj))
 
 

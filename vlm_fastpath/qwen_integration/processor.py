@@ -40,6 +40,7 @@ from .patchify_kernel import (
     vertical_patchify_frame,
 )
 from .resize import KernelPillowResizer, Resizer, TorchResizer
+from .rgb_rules import HONOURED, IGNORED, RgbRules, installed, probe
 from .smart_resize import smart_resize
 from .torch_taps import AxisTaps, axis_taps
 
@@ -83,6 +84,7 @@ class FastQwen2VLImageProcessor:
         *,
         mode: str | None = None,
         resizer: Resizer | None = None,
+        rgb_rules: RgbRules | None = None,
         **kwargs: Any,
     ) -> None:
         if config is None:
@@ -100,6 +102,10 @@ class FastQwen2VLImageProcessor:
         # the patch kernel (``_stage``); False runs torch's whole resize then the patch kernel.
         self.fuse_vertical_pass = isinstance(self._resizer, TorchResizer)
         self._luts: dict[tuple[Any, ...], np.ndarray] = {}
+        # How transparent images and 4-channel arrays become RGB: the mirrored processor's
+        # (probed by from_hf), else the installed transformers' for this mode, probed at the
+        # first image that needs it (rgb_rules).
+        self._rgb_rules = rgb_rules
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -121,7 +127,14 @@ class FastQwen2VLImageProcessor:
         run ``check_compatible`` to prove the result equal before swapping it in."""
         from .compat import config_from_hf
 
-        return cls(config_from_hf(hf_processor))
+        config = config_from_hf(hf_processor)
+        return cls(config, rgb_rules=probe(hf_processor, config))
+
+    def rgb_rules(self) -> RgbRules:
+        """How transparent images and 4-channel arrays become RGB here (``rgb_rules``)."""
+        if self._rgb_rules is None:
+            self._rgb_rules = installed(self.config.mode)
+        return self._rgb_rules
 
     # -- transformers-like attributes ------------------------------------------------------
     @property
@@ -221,10 +234,17 @@ class FastQwen2VLImageProcessor:
 
     # -- pixels ----------------------------------------------------------------------------
     def _lut(self, config: QwenImageConfig) -> np.ndarray:
+        unscaled = not (config.do_rescale or config.do_normalize)
+        uint8 = self.rgb_rules().unscaled_uint8 if unscaled else None
         key = (config.mode, config.do_rescale, config.rescale_factor, config.do_normalize,
-               config.image_mean, config.image_std)
+               config.image_mean, config.image_std, uint8)
         lut = self._luts.get(key)
-        if lut is None:
+        if lut is None and uint8 is not None:
+            # the bytes themselves, as the mirrored processor returns them unscaled (uint8,
+            # or float32 from the PIL processor of transformers 5.15+): rgb_rules
+            lut = np.tile(np.arange(256, dtype=np.uint8 if uint8 else np.float32), (3, 1))
+            self._luts[key] = lut
+        elif lut is None:
             lut = build_lut(
                 config.mode,
                 do_rescale=config.do_rescale,
@@ -267,12 +287,14 @@ class FastQwen2VLImageProcessor:
         _check_return_tensors(return_tensors)
         for key in _IGNORED_KWARGS:
             kwargs.pop(key, None)
+        _follow_lone_limits(kwargs, self.rgb_rules)
         config = self.config.with_overrides(kwargs) if kwargs else self.config
         flat = flatten_images(images)
         if not flat:
             raise QwenInputError("no images given")
         rgb = [
-            to_rgb(img, do_convert_rgb=config.do_convert_rgb, input_data_format=input_data_format)
+            to_rgb(img, do_convert_rgb=config.do_convert_rgb, input_data_format=input_data_format,
+                   rules=self.rgb_rules)
             for img in flat
         ]
         plans = [self._plan(config, *image_size(img)) for img in rgb]
@@ -376,6 +398,22 @@ def _pixels(image: Image.Image | np.ndarray, pool: Executor | None) -> tuple[np.
     if copied is None:
         return np.asarray(image), None
     return copied.reshape(height, width, 4), None
+
+
+def _follow_lone_limits(kwargs: dict[str, Any], rules: Any) -> None:
+    """A per-call ``min_pixels`` or ``max_pixels`` given alone, as the mirrored processor
+    takes it (rgb_rules: transformers before 5.18 ignores it; only the pair overrides)."""
+    given = [key for key in ("min_pixels", "max_pixels") if kwargs.get(key) is not None]
+    if len(given) != 1:
+        return
+    lone = rules().lone_limits
+    if lone == IGNORED:
+        kwargs.pop(given[0])
+    elif lone != HONOURED:
+        raise QwenConfigError(
+            f"a per-call {given[0]} alone: the installed transformers takes it in a way "
+            "vlm-fastpath does not reproduce"
+        )
 
 
 def _default_resizer(mode: str) -> Resizer:
