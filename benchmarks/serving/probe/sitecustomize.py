@@ -11,8 +11,9 @@ the known Kimi/Qwen image processors. Every call prints one line to stderr::
 ``fastpath`` lists the vlm_fastpath patches applied in that process ("-" if none / disabled),
 ``patches`` and ``dtype`` the rows and dtype of the returned ``pixel_values`` ("?" if none;
 uint8 where vLLM normalizes on the device, ``mm_device_do_normalize``), ``via`` who called:
-``check`` inside vlm_fastpath's ``check_compatible`` (its one-time probe images through both
-processors, not a request), ``twin`` inside the Qwen twin's ``preprocess`` (vlm_fastpath's
+``check`` inside vlm_fastpath's ``check_compatible`` or its Kimi contract probe
+(``patches.kimi_probe.compare_pair``: one-time probe images through both processors, not a
+request), ``twin`` inside the Qwen twin's ``preprocess`` (vlm_fastpath's
 image processor handed to vLLM: ours normally, transformers' when the twin hands a call back),
 ``-`` otherwise (the engine called the processor itself).
 
@@ -53,6 +54,7 @@ TARGETS = {
 # Callers recognised on the stack: (module, function) -> the ``via`` value.
 CALLERS = {
     ("vlm_fastpath.qwen_integration.compat", "check_compatible"): "check",
+    ("vlm_fastpath.patches.kimi_probe", "compare_pair"): "check",
     ("vlm_fastpath.patches.vllm.qwen_vl_processor.adapter", "preprocess"): "twin",
 }
 _busy = threading.local()
