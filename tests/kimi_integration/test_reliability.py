@@ -245,7 +245,7 @@ _TBB_SCRIPT = textwrap.dedent(
     import numba
     from numba import njit, prange
     import numpy as np
-    from vlm_fastpath.kimi_integration.threading_layer import ensure_loadable_threading_layer
+    from vlm_fastpath.imaging.threading_layer import ensure_loadable_threading_layer
 
     @njit(parallel=True)
     def total(x):
@@ -262,7 +262,7 @@ _TBB_SCRIPT = textwrap.dedent(
 
 def test_unloadable_numba_layer_falls_back_to_workqueue():
     pytest.importorskip("numba")
-    from vlm_fastpath.kimi_integration.threading_layer import layer_loads
+    from vlm_fastpath.imaging.threading_layer import layer_loads
 
     if layer_loads("tbb"):
         pytest.skip("tbb is installed here: nothing to fall back from")
@@ -286,8 +286,8 @@ def test_loadable_numba_layer_is_left_alone():
 def test_processor_works_under_an_unloadable_numba_layer():
     """End to end once ``patchify_kernel`` calls the fallback before its first launch."""
     pytest.importorskip("numba")
+    from vlm_fastpath.imaging.threading_layer import layer_loads
     from vlm_fastpath.kimi_integration import patchify_kernel
-    from vlm_fastpath.kimi_integration.threading_layer import layer_loads
 
     source = open(patchify_kernel.__file__, encoding="utf-8").read()
     if "ensure_loadable_threading_layer" not in source:

@@ -200,7 +200,7 @@ def test_pil_mode_resizes_with_the_pillow_exact_kernel(pairs, monkeypatch, verif
     otherwise; the same bytes as transformers' PIL processor either way."""
     from PIL import Image
 
-    from vlm_fastpath.kimi_integration import resample
+    from vlm_fastpath.imaging import resample
 
     hf, fast = pairs[("pil", "qwen2.5-vl")]
     assert "pillow-bicubic-numba" in repr(fast)
