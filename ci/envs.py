@@ -175,7 +175,7 @@ def build(name: str) -> Path:
     return target
 
 
-VERIFIED = ROOT / "vlm_fastpath/patches/verified.json"
+VERIFIED = ROOT / "vlm_fastpath/patches/core/verified.json"
 
 
 def _sources_hash(data: bool = True) -> str:

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from vlm_fastpath.patches.catalog import PATCH_FOLDERS
-from vlm_fastpath.patches.registry import REGISTRY, patch_modules, topological_order
+from vlm_fastpath.patches.core.catalog import PATCH_FOLDERS
+from vlm_fastpath.patches.core.registry import REGISTRY, patch_modules, topological_order
 
 HEADER_FIELDS = ("Why:", "How", "Upstream PR:", "Versions:", "Delete when:")
 PR = re.compile(r"^[\w.-]+/[\w.-]+#\d+$")

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from vlm_fastpath.patches import containment
-from vlm_fastpath.patches import registry as registry_module
+from vlm_fastpath.patches.core import containment
+from vlm_fastpath.patches.core import registry as registry_module
 
 
 class FastPathConsulted(AssertionError):

@@ -107,7 +107,7 @@ def test_checkpoint_processor_behaving_differently_is_kept(engine, monkeypatch):
     """The behaviour clause, per processor: ours replaces the checkpoint's only where equal."""
     import sglang.srt.multimodal.processors.kimi_k25 as proc
 
-    from vlm_fastpath.patches import kimi_probe
+    from vlm_fastpath.patches.adapters import kimi_probe
 
     if not hasattr(proc, "KimiGPUProcessorWrapper"):
         pytest.skip("no Kimi CPU preprocessing path in this release")

@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from vlm_fastpath.patches import REGISTRY
-from vlm_fastpath.patches.vllm.qwen_vl_processor import adapter
+from vlm_fastpath.patches.adapters import qwen_twin as adapter
 
 PATCH = "sglang-qwen-vl-cpu-image-processor"
 QWEN_VL = "sglang.srt.multimodal.processors.qwen_vl"

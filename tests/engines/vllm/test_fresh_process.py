@@ -15,7 +15,7 @@ FUSED_UPSTREAM = Version("0.25")
 UINT8_UPSTREAM = Version("0.32")  # vLLM normalizes Kimi pixels on the device itself
 MAX_SEQLEN_UPSTREAM = Version("0.23")  # MoonViT max_seqlen on the host
 LOADER_UPSTREAM = Version("0.34")  # ImageMediaIO.load_bytes turns a bomb into a ValueError
-OURS = "vlm_fastpath.patches.vllm.kimi_processor.adapter.FastpathKimiVisionProcessor"
+OURS = "vlm_fastpath.patches.adapters.kimi_vision.FastpathKimiVisionProcessor"
 # The probes import no Qwen-VL module: those patches wait for it (tests/engines/vllm/
 # test_qwen_processor.py covers them applied).
 QWEN_PENDING = dict.fromkeys(

@@ -67,7 +67,7 @@ def test_status_per_version(vllm_version):
 
 
 def test_processing_info_hands_out_ours(info):
-    from vlm_fastpath.patches.vllm.kimi_processor.adapter import FastpathKimiVisionProcessor
+    from vlm_fastpath.patches.adapters.kimi_vision import FastpathKimiVisionProcessor
 
     assert isinstance(info.image_processor, FastpathKimiVisionProcessor)
     assert info.hf_processor.image_processor is info.image_processor

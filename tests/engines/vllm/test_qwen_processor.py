@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 import vlm_fastpath
-from vlm_fastpath.patches.vllm.qwen_vl_processor import adapter
+from vlm_fastpath.patches.adapters import qwen_twin as adapter
 
 vllm = pytest.importorskip("vllm")
 

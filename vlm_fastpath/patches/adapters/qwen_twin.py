@@ -11,7 +11,7 @@ A call goes to the original processor, unchanged, when the patch that made the t
 longer applied, when it asks for a device other than the CPU (SGLang's GPU preprocessing), or
 when it passes a keyword our processor does not reproduce; a setting or input ours rejects is
 answered by the original too (its own result or its own error), and an unexpected fault in
-ours is contained (:mod:`vlm_fastpath.patches.containment`).
+ours is contained (:mod:`vlm_fastpath.patches.core.containment`).
 
 Engine-neutral: imported lazily by the vLLM and SGLang patches' ``apply``.
 """
@@ -25,8 +25,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ...._log import get_logger
-from ...containment import call_contained
+from ..._log import get_logger
+from ..core.containment import call_contained
 
 logger = get_logger("vlm_fastpath.patches")
 
@@ -254,7 +254,7 @@ def forget_views() -> None:
 def note_stand_aside(patch: str, what: str, reason: str) -> None:
     """Put a run-time stand-aside decision in the patch's status reason (doctor, status())."""
     try:
-        from ...registry import REGISTRY
+        from ..core.registry import REGISTRY
 
         REGISTRY.note_stand_aside(patch, what, reason)
     except Exception:  # noqa: BLE001 - reporting must never fail a request
