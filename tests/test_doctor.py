@@ -143,3 +143,15 @@ def test_what_changes_names_the_applied_patches_and_unverified_releases() -> Non
         "2 patch(es) change vllm 0.34.0: a, c (1 on a release the sweep has not verified; "
         "contract held)"
     )
+
+
+def test_doctor_reports_both_models_kernels() -> None:
+    proc = _doctor("--json")
+    assert proc.returncode == 0, proc.stderr
+    kernels = json.loads(proc.stdout)["numba"]["kernels"]
+    assert set(kernels) == {"kimi", "qwen"}
+    for model, info in kernels.items():
+        assert info["numba"] is True, (model, info)
+        assert info.get("threading_layer") == "workqueue", (model, info)
+    text = _doctor().stdout
+    assert "  kimi patchify: numba" in text and "  qwen patchify: numba" in text

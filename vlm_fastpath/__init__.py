@@ -4,7 +4,7 @@ Public API in the style of Liger-Kernel's explicit ``apply_*`` functions::
 
     import vlm_fastpath
     vlm_fastpath.apply()          # every eligible patch of every imported engine
-    vlm_fastpath.status()         # list of dicts: name, engine, status, reason
+    vlm_fastpath.status()         # list of dicts: name, engine, status, reason, engine_version
     vlm_fastpath.revert()         # restore the engines' original objects
 
 Importing this package imports neither torch nor any engine.

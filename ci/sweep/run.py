@@ -143,7 +143,7 @@ def _hash_files(paths: list[Path]) -> str:
 def result_key(engine: str, release: str, rows: dict) -> str:
     deps = list(HERE.glob("*.py")) + [ROOT / "ci/envs.py", ROOT / IMPORT_CHECKS[engine][0]]
     deps += list((ROOT / "tests/engines" / engine).rglob("*.py"))
-    deps += list((ROOT / "tests/support").rglob("*.py"))
+    deps += list((ROOT / "fixtures").rglob("*.py"))
     digest = hashlib.sha256()
     digest.update(envs.spec(f"{engine}-{release}").directory().name.encode())
     digest.update(envs._sources_hash(data=False).encode())  # verified.json is our output

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.support import bad_images
+from fixtures import bad_images
+from fixtures.reference_kimi import KIMI_K25_CFG
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiMediaConfig
 from vlm_fastpath.kimi_integration.deferred import DeferredKimiProcessor, choose_form
 from vlm_fastpath.kimi_integration.deferred.transport import TransportForm
@@ -31,8 +32,6 @@ from vlm_fastpath.kimi_integration.errors import (
     KimiConfigError,
     KimiInputError,
 )
-
-from .reference_kimi import KIMI_K25_CFG
 
 K25_BACKENDS = ["pillow", "torch-pillow", "torch-antialias"]
 
@@ -298,7 +297,7 @@ def test_processor_works_under_an_unloadable_numba_layer():
         """
         import numpy as np
         from vlm_fastpath.kimi_integration import FusedKimiProcessor
-        from tests.kimi_integration.reference_kimi import KIMI_K25_CFG
+        from fixtures.reference_kimi import KIMI_K25_CFG
         image = np.zeros((300, 200, 3), dtype=np.uint8)
         out = FusedKimiProcessor(KIMI_K25_CFG).preprocess([{"type": "image", "image": image}])
         print(tuple(out["pixel_values"].shape))

@@ -11,11 +11,11 @@ import importlib.util
 import pytest
 import torch
 
+from fixtures.reference_kimi import ref_preprocess
+from fixtures.subprocesses import run_script
 from vlm_fastpath.imaging import resize_pool
 from vlm_fastpath.kimi_integration import FusedKimiProcessor
 
-from .helpers import run_script
-from .reference_kimi import ref_preprocess
 from .resample_cases import SMALL, SMALL_CLIP, batches
 
 needs_numba = pytest.mark.skipif(
@@ -74,7 +74,7 @@ FORK_SCRIPT = CASES + """
     import numpy as np
     from vlm_fastpath.kimi_integration import FusedKimiProcessor
     from vlm_fastpath.imaging import resample
-    from tests.kimi_integration.reference_kimi import ref_preprocess
+    from fixtures.reference_kimi import ref_preprocess
 
     PROC = FusedKimiProcessor(SMALL)
 
@@ -184,7 +184,7 @@ THREADS_SCRIPT = """
     from vlm_fastpath.imaging.band_pool import get_band_pool
     from vlm_fastpath.imaging.resample import resampler_info
     from tests.kimi_integration.helpers import assert_parity, img, rand_image
-    from tests.kimi_integration.reference_kimi import KIMI_K25_CFG
+    from fixtures.reference_kimi import KIMI_K25_CFG
 
     cfg = dict(KIMI_K25_CFG, in_patch_limit=300)
     assert_parity(FusedKimiProcessor(cfg), [img(rand_image(1, 700, 500))], cfg)

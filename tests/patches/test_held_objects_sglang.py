@@ -25,9 +25,9 @@ import pytest
 import torch
 from PIL import Image
 
+from fixtures.held_objects import HeldCase, check_held_object, forget_faults
+from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
 from tests.kimi_integration.helpers import rand_array
-from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
-from tests.support.held_objects import HeldCase, check_held_object, forget_faults
 from vlm_fastpath.kimi_integration import FusedKimiProcessor
 from vlm_fastpath.kimi_integration.deferred import DeferredKimiProcessor
 from vlm_fastpath.patches.core import registry as registry_module

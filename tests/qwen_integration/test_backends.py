@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+from fixtures.subprocesses import run_script
 from vlm_fastpath.qwen_integration import FastQwen2VLImageProcessor, patchify_kernel
 from vlm_fastpath.qwen_integration.normalize_lut import build_lut
 
 from .cases import backend_batches, run_backend_cases
-from .helpers import CONFIGS, assert_same, hf_classes, hf_kwargs, rand_array, run_script
+from .helpers import CONFIGS, assert_same, hf_classes, hf_kwargs, rand_array
 
 needs_numba_in_process = pytest.mark.skipif(
     importlib.util.find_spec("numba") is None or os.environ.get("VLM_FASTPATH_NUMBA") == "0",

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.support.pillow_blocks import pillow_blocks
+from fixtures.pillow_blocks import pillow_blocks
 from vlm_fastpath.imaging.torch_taps import axis_taps
 from vlm_fastpath.qwen_integration import FastQwen2VLImageProcessor, patchify_kernel
 from vlm_fastpath.qwen_integration.normalize_lut import build_lut

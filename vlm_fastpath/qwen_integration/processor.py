@@ -30,6 +30,7 @@ from ..imaging.resize_pool import get_pool, pool_size, wait_all
 from ..imaging.torch_taps import AxisTaps, axis_taps
 from .config import PIL, TORCHVISION, QwenImageConfig
 from .errors import QwenConfigError, QwenInputError
+from .hf_config import config_from_hf
 from .image_input import flatten_images, image_size, to_rgb
 from .normalize_lut import build_lut
 from .patchify_kernel import (
@@ -114,8 +115,6 @@ class FastQwen2VLImageProcessor:
         """Mirror a transformers Qwen2-VL image processor's settings (and its arithmetic:
         torchvision or PIL). Raises ``QwenConfigError`` for settings not reproduced exactly;
         run ``check_compatible`` to prove the result equal before swapping it in."""
-        from .compat import config_from_hf
-
         config = config_from_hf(hf_processor)
         return cls(config, rgb_rules=probe(hf_processor, config))
 

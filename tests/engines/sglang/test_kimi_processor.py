@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.kimi_integration.reference_kimi import ref_preprocess
+from fixtures.reference_kimi import ref_preprocess
 from vlm_fastpath.kimi_integration import FusedKimiProcessor
 from vlm_fastpath.patches import REGISTRY
 

@@ -13,9 +13,8 @@ import vllm
 from packaging.version import Version
 
 import vlm_fastpath
+from fixtures.vllm_kimi_model import clear_processor_caches
 from vlm_fastpath.patches.adapters import kimi_probe as probe
-
-from .kimi_model import clear_processor_caches
 
 FUTURE = "0.99.0"
 KIMI = "vllm-kimi-fused-processor"

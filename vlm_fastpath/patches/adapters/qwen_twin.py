@@ -26,14 +26,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..._log import get_logger
+from ...qwen_integration.hf_config import SUPPORTED_CLASSES
 from ..core.containment import call_contained
 
 logger = get_logger("vlm_fastpath.patches")
 
-# Image processor classes we mirror (transformers 5.x names; ``Fast`` is the older spelling).
-MIRRORED_CLASSES = frozenset(
-    {"Qwen2VLImageProcessor", "Qwen2VLImageProcessorPil", "Qwen2VLImageProcessorFast"}
-)
 # Methods whose replacement (e.g. SGLang's AMX ``_preprocess`` on some CPUs) changes the bytes.
 _PIXEL_METHODS = ("preprocess", "_preprocess", "resize", "patchify", "_further_process_kwargs")
 # Per-call keywords ours honours (settings) or that change nothing in the output (plumbing).
@@ -151,7 +148,7 @@ _TWINS: dict[int, tuple[Any, str]] = {}
 def why_not_mirrored(hf_processor: Any, check: Callable[..., str | None] | None = None) -> str:
     """Empty when ours reproduces ``hf_processor`` exactly, else the reason (runs the probes)."""
     name = type(hf_processor).__name__
-    if name not in MIRRORED_CLASSES:
+    if name not in SUPPORTED_CLASSES:
         return f"image processor {name} is not one vlm-fastpath mirrors"
     foreign = _foreign_method(hf_processor)
     if foreign:
