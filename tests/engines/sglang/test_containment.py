@@ -16,7 +16,8 @@ import torch
 
 from fixtures import ipc_sim as _ipc_sim
 from fixtures.reference_kimi import ref_preprocess
-from vlm_fastpath.patches import REGISTRY, containment
+from vlm_fastpath.patches import REGISTRY
+from vlm_fastpath.patches.core import containment
 
 from . import test_deferred_kimi_k25 as deferred_k25
 from .test_grid_counts import bundled_items, describe

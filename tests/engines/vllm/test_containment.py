@@ -14,7 +14,8 @@ from packaging.version import Version
 
 import vlm_fastpath
 from fixtures.vllm_kimi_model import clear_processor_caches, processing_info
-from vlm_fastpath.patches import REGISTRY, containment
+from vlm_fastpath.patches import REGISTRY
+from vlm_fastpath.patches.core import containment
 
 from .test_kimi_processor import _medias
 from .test_moonvit_syncs import _equal, run_forward, tower, vit_module  # noqa: F401
