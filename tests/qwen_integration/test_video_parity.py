@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .video_helpers import (
+    QWEN3_VL_VIDEO_CONFIG,
     UINT8,
     KernelCalls,
     decoded_clip,
@@ -25,6 +26,7 @@ from .video_helpers import (
     rand_clip,
     run_both_videos,
     smooth_clip,
+    video_classes,
 )
 from .video_helpers import video_pairs as _video_pairs
 
@@ -134,6 +136,50 @@ def test_cap_pixels_per_frame(pair, calls, cap):  # noqa: ANN001
         run_both_videos(hf, fast, clip, calls=calls, cap_pixels_per_frame=cap, **NO_SAMPLING)
         run_both_videos(hf, fast, clip, calls=calls, cap_pixels_per_frame=cap,
                         max_video_tokens=64, **NO_SAMPLING)
+
+
+def test_cap_binding_between_floor_and_limit(calls):  # noqa: ANN001
+    """A processor whose ``max_video_tokens`` makes the cap, not its floor or ``size``, decide
+    (transformers 5.19-5.24 read it from the processor only)."""
+    from vlm_fastpath.qwen_integration.video_processor import fast_video_processor
+
+    qwen2, qwen3 = video_classes()
+    for hf in (qwen2(max_video_tokens=5000, cap_pixels_per_frame=True),
+               qwen3(max_video_tokens=300, cap_pixels_per_frame=True, **QWEN3_VL_VIDEO_CONFIG),
+               # the budget's even share per frame decides
+               qwen3(cap_pixels_per_frame=True,
+                     **dict(QWEN3_VL_VIDEO_CONFIG,
+                            size={"shortest_edge": 4096, "longest_edge": 2_400_000}))):
+        fast = fast_video_processor(hf)
+        for frames in (6, 40):
+            run_both_videos(hf, fast, smooth_clip(frames, frames, 480, 854), calls=calls,
+                            **NO_SAMPLING)
+
+
+def test_qwen3_sizing_equals_transformers_exhaustively():
+    """Every frame size up to 80x80 (tiny frames are scaled up first, by truncation) and the
+    aspect-ratio and frame-count refusals, against transformers' own Qwen3-VL rule."""
+    video_classes()
+    from transformers.models.qwen3_vl import video_processing_qwen3_vl as ref
+
+    from vlm_fastpath.qwen_integration.video_sizing import qwen3_frame_size
+
+    for frames in (1, 2, 3, 8):
+        for height in range(1, 81):
+            for width in range(1, 81):
+                try:
+                    want = ref.smart_resize(frames, height, width, temporal_factor=2, factor=32,
+                                            min_pixels=4096, max_pixels=frames * 2000)
+                except ValueError:
+                    with pytest.raises(ValueError):
+                        qwen3_frame_size(frames, height, width, factor=32, temporal_factor=2,
+                                         min_pixels=4096, max_pixels=frames * 2000,
+                                         capped=False, max_video_tokens=768)
+                    continue
+                got = qwen3_frame_size(frames, height, width, factor=32, temporal_factor=2,
+                                       min_pixels=4096, max_pixels=frames * 2000, capped=False,
+                                       max_video_tokens=768)
+                assert got == want, (frames, height, width)
 
 
 def test_sampling_and_metadata(pair, calls):  # noqa: ANN001
