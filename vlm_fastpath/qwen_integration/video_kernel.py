@@ -9,9 +9,10 @@ band does the resize (torch's own integer arithmetic and taps: ``torch_taps``), 
 in the output.
 
 How: every video of a call shares one plan per frame size (taps from ``torch_taps``, cached);
-each frame is cut into bands of patch rows so that there are at least a few jobs per worker,
-and the jobs run on the process's resize pool (``kimi_integration.resize_pool``), each a
-serial ``nogil`` numba call writing disjoint bytes. No numba threading layer is used, so
+each temporal group (the frames that share output rows) is cut into bands of patch rows so
+that there are at least a few jobs per worker, and the jobs run on the process's resize pool
+(``kimi_integration.resize_pool``), each a serial ``nogil`` numba call writing whole rows no
+other job writes. No numba threading layer is used, so
 nothing here takes the parallel-launch lock or cares about fork (the pool is per process).
 """
 
@@ -76,12 +77,30 @@ class VideoPlan:
         return 3 * self.temporal_patch_size * self.patch_size**2
 
 
-def frame_slots(index: int, frames: int, t: int) -> tuple[int, int, int]:
-    """``(group, first slot, slot count)`` of frame ``index`` of a clip of ``frames``: its
-    own slot, and every later slot of its group when it is the clip's last frame (the pad)."""
-    group, slot = divmod(index, t)
-    count = t - slot if index == frames - 1 else 1
-    return group, slot, count
+def group_frames(group: int, frames: int, t: int) -> tuple[int, int]:
+    """``(first, count)``: the frames of temporal group ``group`` of a clip of ``frames``
+    (``count < t`` only for an odd clip's last group, which the kernel pads with its last
+    frame, as transformers does)."""
+    first = group * t
+    return first, min(t, frames - first)
+
+
+def _rows(video: np.ndarray, channels_last: bool, first: int, count: int) -> np.ndarray:
+    """Frames ``first .. first+count`` of ``video`` as the kernel reads them: uint8
+    ``[count, H, W*C]`` interleaved rows (a view of a C-contiguous THWC video, else a copy)."""
+    frames = video[first:first + count]
+    if not channels_last:
+        frames = frames.transpose(0, 2, 3, 1)
+    count, height, width, channels = frames.shape
+    return np.ascontiguousarray(frames).reshape(count, height, width * channels)
+
+
+def _run_group(kernel: Any, video: np.ndarray, channels_last: bool, first: int, count: int,
+               taps: tuple[Any, ...], tail: tuple[Any, ...], bands: Sequence[tuple[int, int]]
+               ) -> None:
+    frames = _rows(video, channels_last, first, count)
+    for g0, g1 in bands:
+        kernel(frames, video.shape[3 if channels_last else 1], *taps, *tail, g0, g1)
 
 
 def fill_videos(
@@ -94,56 +113,42 @@ def fill_videos(
     """Write every frame of ``videos`` (uint8 ``[T, H, W, C]`` when ``channels_last``, else
     ``[T, C, H, W]``; 3 channels, or 4 of which the 4th is never read) into ``outs`` (one
     ``[plan.num_patches, plan.row_length]`` C-contiguous array per video, of ``lut``'s
-    dtype)."""
-    resize = _KERNELS.kernel("resize_patchify_slot_band")
-    copy = _KERNELS.kernel("patchify_slot_band")
-    if resize is None or copy is None:
+    dtype). One job per temporal group and band of patch rows; a video that is not a
+    C-contiguous THWC array is copied to one group at a time, in its group's job."""
+    kernel = _KERNELS.kernel("resize_patchify_group_band")
+    if kernel is None:
         raise RuntimeError("the video kernel needs numba")
-    total_frames = sum(len(video) for video in videos)
+    total_groups = sum(plan.grid_t for plan in plans)
     workers = pool_size()
-    jobs: list[tuple[Any, tuple[Any, ...], int, int]] = []
+    jobs: list[tuple[Any, ...]] = []
     for video, last, plan, out in zip(videos, channels_last, plans, outs, strict=True):
         if out.shape != (plan.num_patches, plan.row_length) or not out.flags.c_contiguous:
             raise ValueError(f"out must be C-contiguous {(plan.num_patches, plan.row_length)}, "
                              f"got {out.shape}")
         p, m, t = plan.patch_size, plan.merge_size, plan.temporal_patch_size
-        bands = max(1, min(plan.grid_h, -(-JOBS_PER_WORKER * workers // total_frames)))
-        edges = [round(k * plan.grid_h / bands) for k in range(bands + 1)]
-        rows = plan.rows_per_group
         height, width = video.shape[1:3] if last else video.shape[2:4]
-        unchanged = (height, width) == (plan.height, plan.width)
-        if not unchanged:
-            xmin, xw, xprecision = padded_taps(width, plan.width)
-            ytaps = axis_taps(height, plan.height)
-        for index in range(len(video)):
-            group, slot0, nslots = frame_slots(index, plan.frames, t)
-            dest = out[group * rows:(group + 1) * rows]
-            tail = (lut, dest, plan.grid_w, p, m, t, slot0, nslots)
-            frame = video[index]
-            if unchanged and not last:
-                kernel: Any = copy
-                head: tuple[Any, ...] = (np.ascontiguousarray(frame[:3]), *tail)
-            else:
-                if not last:  # planes to resize: the horizontal pass reads interleaved rows
-                    frame = frame.transpose(1, 2, 0)
-                cs = frame.shape[2]
-                src = np.ascontiguousarray(frame).reshape(height, width * cs)
-                if unchanged:  # torch's taps of an unchanged axis are the identity
-                    xmin, xw, xprecision = padded_taps(width, width)
-                    ytaps = axis_taps(height, height)
-                kernel = resize
-                head = (src, cs, xmin, xw, xprecision, ytaps.starts, ytaps.sizes,
-                        ytaps.weights, ytaps.precision, *tail)
-            for g0, g1 in zip(edges[:-1], edges[1:], strict=True):
-                if g1 > g0:
-                    jobs.append((kernel, head, g0, g1))
+        xmin, xw, xprecision = padded_taps(width, plan.width)
+        ytaps = axis_taps(height, plan.height)
+        taps = (xmin, xw, xprecision, ytaps.starts, ytaps.sizes, ytaps.weights, ytaps.precision)
+        in_place = last and video.flags.c_contiguous
+        count = max(1, min(plan.grid_h, -(-JOBS_PER_WORKER * workers // total_groups)))
+        edges = [round(k * plan.grid_h / count) for k in range(count + 1)]
+        bands = [(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+        rows = plan.rows_per_group
+        for group in range(plan.grid_t):
+            first, frames = group_frames(group, plan.frames, t)
+            tail = (lut, out[group * rows:(group + 1) * rows], plan.grid_w, p, m, t)
+            if in_place:  # each band its own job
+                jobs.extend((kernel, video, last, first, frames, taps, tail, [band])
+                            for band in bands)
+            else:  # one copy of the group's frames, then its bands, in one job
+                jobs.append((kernel, video, last, first, frames, taps, tail, bands))
     if workers <= 1 or len(jobs) == 1:
-        for kernel, head, g0, g1 in jobs:
-            kernel(*head, g0, g1)
+        for job in jobs:
+            _run_group(*job)
         return
     pool = get_pool()
-    futures: list[Future[None]] = [pool.submit(kernel, *head, g0, g1)
-                                   for kernel, head, g0, g1 in jobs]
+    futures: list[Future[None]] = [pool.submit(_run_group, *job) for job in jobs]
     try:
         for future in futures:
             future.result()
