@@ -20,4 +20,5 @@ PATCH_FOLDERS: tuple[str, ...] = (
     "vlm_fastpath.patches.sglang.kimi_cpu_processor",
     "vlm_fastpath.patches.sglang.deferred_preprocessing",
     "vlm_fastpath.patches.sglang.qwen_vl_processor",
+    "vlm_fastpath.patches.sglang.qwen_vl_video",
 )

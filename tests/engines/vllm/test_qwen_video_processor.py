@@ -155,12 +155,19 @@ def test_engine_hands_out_ours_and_outputs_are_equal(processors, name, fresh_dec
         calls.append(1)
         return original(self, *args, **kwargs)
 
+    from vlm_fastpath.qwen_integration import video_processor
+
+    kernel_runs = []
+    fill = video_processor.fill_videos
     type(twin).__mro__[1].preprocess = spy
+    video_processor.fill_videos = lambda *a, **k: kernel_runs.append(1) or fill(*a, **k)
     try:
         with_plugin = _run(processor, _videos())
     finally:
         type(twin).__mro__[1].preprocess = original
+        video_processor.fill_videos = fill
     assert calls, "vLLM did not call our video processor"
+    assert kernel_runs, "our video processor left the frames to transformers' own path"
     vlm_fastpath.revert("vllm")
     without = _run(processor, _videos())
     vlm_fastpath.apply("vllm")

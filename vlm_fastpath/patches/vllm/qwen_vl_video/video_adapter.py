@@ -53,6 +53,9 @@ class FastpathQwenVideoProcessorMixin:
 
         if args or videos is None or not _active(patch):
             return engine()
+        device = kwargs.get("device")
+        if device is not None and str(device) != "cpu":
+            return engine()  # GPU preprocessing stays the engine's
         fast = functools.partial(super().preprocess, videos, **kwargs)  # type: ignore[misc]
         return call_contained(patch, fast, engine, where="FastpathQwenVideoProcessor.preprocess")
 
