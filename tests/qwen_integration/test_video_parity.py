@@ -22,6 +22,7 @@ from .video_helpers import (
     UINT8,
     KernelCalls,
     decoded_clip,
+    mjpeg_clip,
     photo_clip,
     rand_clip,
     run_both_videos,
@@ -209,6 +210,13 @@ def test_decoded_clip_of_photographs(pair, calls, tmp_path):  # noqa: ANN001
     run_both_videos(hf, fast, clip, calls=calls, **NO_SAMPLING, **UINT8)
     run_both_videos(hf, fast, clip, calls=calls, video_metadata=meta, do_sample_frames=True,
                     fps=5)
+
+
+def test_motion_jpeg_clip_of_photographs(pair, calls):  # noqa: ANN001
+    hf, fast = pair
+    clip = mjpeg_clip(photo_clip(9, 360, 480), quality=70)
+    run_both_videos(hf, fast, clip, calls=calls, **NO_SAMPLING)
+    run_both_videos(hf, fast, list(clip), calls=calls, **NO_SAMPLING, **UINT8)
 
 
 _SIZES = st.one_of(

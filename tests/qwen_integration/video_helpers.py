@@ -3,6 +3,7 @@ fast twins, clips (random, smooth, photographs panned), and the parity check."""
 
 from __future__ import annotations
 
+import io
 import warnings
 from typing import Any
 
@@ -93,6 +94,17 @@ def decoded_clip(tmp_path: Any, clip: np.ndarray, fps: float = 10.0) -> np.ndarr
         frames.append(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
     capture.release()
     assert len(frames) == len(clip)
+    return np.stack(frames)
+
+
+def mjpeg_clip(clip: np.ndarray, quality: int = 80) -> np.ndarray:
+    """``clip`` as Motion-JPEG (every frame a JPEG, 4:2:0) decoded back with Pillow: codec
+    output without a video library (OpenCV's MPEG-4 round trip is :func:`decoded_clip`)."""
+    frames = []
+    for frame in clip:
+        buf = io.BytesIO()
+        Image.fromarray(frame).save(buf, format="JPEG", quality=quality)
+        frames.append(np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB")))
     return np.stack(frames)
 
 
