@@ -156,3 +156,13 @@ def test_twin_keeps_settings_and_serializes_as_the_original(pairs):  # noqa: ANN
     for hf, fast in pairs.values():
         assert fast.to_dict() == hf.to_dict()
         assert fast.size == hf.size and fast.patch_size == hf.patch_size
+
+
+def test_without_numba_transformers_answers(pairs, calls, monkeypatch):  # noqa: ANN001
+    """No compiled kernel (numba off or missing): transformers' own path, same output."""
+    from vlm_fastpath.qwen_integration import video_processor
+
+    monkeypatch.setattr(video_processor, "kernels_available", lambda: False)
+    for hf, fast in pairs.values():
+        run_both_videos(hf, fast, rand_clip(7, 3, 40, 50), calls=calls, fast_path=False,
+                        **NO_SAMPLING)
