@@ -137,6 +137,7 @@ class KernelCalls:
     not transformers' own, which the processor falls back to for inputs it leaves alone)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        video_classes()  # skips without transformers (the processor module imports it)
         from vlm_fastpath.qwen_integration import video_processor
 
         self.count = 0
