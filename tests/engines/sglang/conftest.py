@@ -105,6 +105,7 @@ for _version, _status in (("0.5.12.post1", "applied"), ("0.5.15.post1", "applied
 # our Qwen-VL image processor on the CPU preprocessing path: every pinned release
 for _version in EXPECTED:
     EXPECTED[_version]["sglang-qwen-vl-cpu-image-processor"] = "applied"
+    EXPECTED[_version]["sglang-qwen-vl-cpu-video-processor"] = "applied"
 
 
 def _present(names):

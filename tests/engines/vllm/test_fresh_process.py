@@ -19,7 +19,9 @@ OURS = "vlm_fastpath.patches.adapters.kimi_vision.FastpathKimiVisionProcessor"
 # The probes import no Qwen-VL module: those patches wait for it (tests/engines/vllm/
 # test_qwen_processor.py covers them applied).
 QWEN_PENDING = dict.fromkeys(
-    ("vllm-qwen2-vl-processor", "vllm-qwen2-5-vl-processor", "vllm-qwen3-vl-processor"), "pending"
+    ("vllm-qwen2-vl-processor", "vllm-qwen2-5-vl-processor", "vllm-qwen3-vl-processor",
+     "vllm-qwen2-vl-video-processor", "vllm-qwen2-5-vl-video-processor",
+     "vllm-qwen3-vl-video-processor"), "pending"
 )
 
 

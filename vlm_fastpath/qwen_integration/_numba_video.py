@@ -1,0 +1,168 @@
+"""numba kernel of the Qwen-VL video processor; imported lazily by ``video_kernel`` only.
+
+One call turns a band of patch rows of one video frame into its patches: torch's uint8
+antialiased bicubic resize (both passes, torch's int16 taps: the same arithmetic as the image
+kernel's ``resize_patchify_band``, on the resampler's shared passes), the LUT, and the write
+of each patch's bytes straight into its temporal slot of the output rows. An output row of a
+video is ``[channel, temporal slot, py, px]``: frame ``2g`` of a pair fills slot 0 and frame
+``2g + 1`` slot 1 of the rows of group ``g`` (``temporal_patch_size`` 2). One call resizes
+the band of every frame of a group, then writes each output row whole, so the pair is merged
+in the kernel and no frame-pair tensor is ever stored. A group short of frames (an odd clip's
+last) repeats its last frame in the remaining slots, as transformers pads.
+
+Why whole rows from one call, rather than each frame writing its own slots: two threads
+writing the two halves of the same rows (frames ``2g`` and ``2g + 1`` at once) shared every
+cache line at the slot boundaries and defeated the streaming stores; measured, 32 frames of
+1280x720 took 205-250 ms on 2 threads against 167 ms on one, same run; whole rows: see
+``video_kernel``.
+
+Own module so importing the package never imports numba; serial and ``nogil``: the Python
+side spreads frames and bands over the resize thread pool, so numba's threading layers are
+never involved.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from vlm_fastpath._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
+from vlm_fastpath.kimi_integration._numba_resample import BLOCK_ROWS, _vertical, resample_planes
+
+_ONE = np.uint64(1)
+_EIGHT = np.uint64(8)
+_SIXTY_FOUR = np.uint64(64)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_of(gy, gx, grid_w, m):  # noqa: ANN001, ANN202
+    """The output row of patch (gy, gx) in merge order (block row, block column, row in
+    block, column in block)."""
+    by = gy // m
+    bx = gx // m
+    return (by * (grid_w // m) + bx) * (m * m) + (gy - by * m) * m + (gx - bx * m)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _stage_patches(buf, nf, lut, stage, gx0, p, m, t):  # noqa: ANN001, ANN202, PLR0913
+    """The ``m`` patches from column ``gx0`` of ``buf`` (uint8 ``[nf, 3, p, W]`` planes: the
+    group's frames' pixels of one patch row) into ``stage``, ``[channel, slot, py, px]`` each,
+    slots from ``nf`` on repeating frame ``nf - 1`` (transformers' pad)."""
+    last = nf - 1
+    o = np.uint64(0)
+    for gx in range(gx0, gx0 + m):
+        x0 = np.uint64(gx * p)
+        for c in range(3):
+            table = lut[c]
+            for k in range(t):
+                plane = buf[min(k, last), c]
+                for py in range(p):
+                    line = plane[py]
+                    s = x0
+                    for _px in range(p):
+                        stage[o] = table[np.uint64(line[s])]
+                        o += _ONE
+                        s += _ONE
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _stage_patch_bytes(buf, nf, lut, words, gx0, p, m, t):  # noqa: ANN001, ANN202, PLR0913
+    """:func:`_stage_patches` for a uint8 table, stored eight bytes at a time into ``words``
+    (the stage as uint64; its length a multiple of 8): byte stores may alias anything, so
+    numba reloads every pointer after each one (measured 1.5x the float32 kernel's time for a
+    quarter of its bytes); a uint64 store does not."""
+    last = nf - 1
+    word = np.uint64(0)
+    shift = np.uint64(0)
+    w = 0
+    for gx in range(gx0, gx0 + m):
+        x0 = np.uint64(gx * p)
+        for c in range(3):
+            table = lut[c]
+            for k in range(t):
+                plane = buf[min(k, last), c]
+                for py in range(p):
+                    line = plane[py]
+                    s = x0
+                    for _px in range(p):
+                        word |= np.uint64(table[np.uint64(line[s])]) << shift
+                        s += _ONE
+                        shift += _EIGHT
+                        if shift == _SIXTY_FOUR:
+                            words[w] = word
+                            w += 1
+                            word = np.uint64(0)
+                            shift = np.uint64(0)
+
+
+@njit(cache=True, nogil=True)
+def _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, stream):  # noqa: ANN001, ANN202, PLR0913
+    """Patch row ``gy`` of one temporal group into ``flat``: ``buf[k]`` (uint8 ``[3, p, W]``
+    planes) holds the row's pixels of the group's frame ``k`` for ``k < nf``. Each output row
+    is whole ``[channel, slot, py, px]``; the ``m`` patches of one merge-block row are
+    adjacent output rows, made in ``stage`` and streamed out together (``_numba_stream``)."""
+    per_patch = 3 * t * p * p
+    bytewise = stage.itemsize == 1 and (m * per_patch) % 8 == 0
+    words = stage.view(np.uint64)
+    for gx0 in range(0, grid_w, m):
+        if bytewise:
+            _stage_patch_bytes(buf, nf, lut, words, gx0, p, m, t)
+        else:
+            _stage_patches(buf, nf, lut, stage, gx0, p, m, t)
+        stream_copy(flat, _row_of(gy, gx0, grid_w, m) * per_patch, stage, 0, m * per_patch,
+                    stream)
+
+
+@njit(cache=True, nogil=True)
+def resize_patchify_group_band(frames, cs, xmin, xw, xprecision, starts, sizes, weights,  # noqa: ANN001, ANN201, PLR0913
+                               precision, lut, out, grid_w, p, m, t, g0, g1):
+    """Patch rows ``g0 .. g1`` of one temporal group: ``frames`` (uint8 ``[nf, H, W*cs]``,
+    ``1 <= nf <= t`` consecutive frames, RGB or RGBX rows) each resized with torch's
+    arithmetic (``xmin``/``xw``/``xprecision``: the horizontal taps as equal-length windows;
+    ``starts``/``sizes``/``weights``/``precision``: the vertical ones), into ``out``, the
+    group's ``[grid_h * grid_w, 3 * t * p * p]`` rows, each row written whole. Each frame's
+    source rows are resampled once per band into its own ring of channel planes; neither
+    resized frame is ever stored."""
+    flat = out.reshape(out.size)
+    stream = flat.nbytes >= STREAM_MIN_BYTES
+    nf = frames.shape[0]
+    width = frames.shape[2] // cs
+    ow = xmin.shape[0]
+    n = ow * 3
+    taps = 1
+    stop_all = 0
+    for y in range(g0 * p, g1 * p):
+        taps = max(taps, sizes[y])
+        stop_all = max(stop_all, starts[y] + sizes[y])
+    slots = taps + BLOCK_ROWS
+    rings = np.empty((nf, 3, slots, ow), np.uint8)
+    cols = np.empty(width * 3 * BLOCK_ROWS // 8, np.uint64)
+    hcols = np.empty(n * BLOCK_ROWS // 8, np.uint64)
+    acc_h = np.empty(3 * BLOCK_ROWS, np.int32)
+    spare = np.empty(ow, np.uint8)
+    buf = np.empty((nf, 3, p, ow), np.uint8)
+    acc = np.empty(ow, np.int32)
+    stage = np.empty((m * 3 * t * p * p + 7) // 8 * 8, out.dtype)  # whole words
+    done = np.full(nf, starts[g0 * p], np.int64)
+    for gy in range(g0, g1):
+        for k in range(nf):
+            src = frames[k]
+            ring = rings[k]
+            for r in range(p):
+                y = gy * p + r
+                stop = starts[y] + sizes[y]
+                while done[k] < stop:
+                    count = min(BLOCK_ROWS, stop_all - done[k])
+                    resample_planes(src, cs, done[k], count, xmin, xw, xprecision, cols, hcols,
+                                    acc_h, ring, slots, spare)
+                    done[k] += count
+                for c in range(3):
+                    _vertical(ring[c], starts[y], sizes[y], weights[y], slots, acc, buf[k, c, r],
+                              precision)
+        _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, stream)
+    store_fence()
+
+
+# ``LazyKernels`` looks these two names up; the video path calls the band kernels above.
+patchify_parallel = resize_patchify_group_band
+patchify_serial = resize_patchify_group_band

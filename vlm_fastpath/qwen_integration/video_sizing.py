@@ -1,0 +1,82 @@
+"""The frame size transformers' Qwen-VL video processors resize a clip to, as pure functions.
+
+Two rules, each as the installed transformers computes it (5.19-5.25 read):
+- Qwen2/2.5-VL (``Qwen2VLVideoProcessor.resize``): the image rule (``smart_resize``) with
+  ``size``'s shortest/longest edge as min/max pixels; with ``cap_pixels_per_frame`` the max is
+  also held to an even share of ``max_video_tokens * factor**2 * 0.9`` per temporal pair,
+  floored at 1.05 x min pixels.
+- Qwen3-VL (``Qwen3VLVideoProcessor.resize``): its own ``smart_resize`` over the whole clip
+  (``num_frames * H * W`` against the limits; frames under one ``factor`` are first scaled
+  up by truncation; fewer frames than ``temporal_patch_size`` are refused); with
+  ``cap_pixels_per_frame`` the max becomes ``num_frames`` times a per-frame share.
+
+Which ``max_video_tokens`` the cap reads (the per-call value from 5.25, the processor's own
+before) is the caller's to say: ``video_processor`` probes the installed ``resize``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .smart_resize import MAX_ASPECT_RATIO, smart_resize
+from .video_errors import QwenVideoInputError
+
+QWEN2 = "qwen2"
+QWEN3 = "qwen3"
+
+
+def qwen2_frame_size(
+    num_frames: int, height: int, width: int, *, factor: int, temporal_factor: int,
+    min_pixels: int, max_pixels: int, capped: bool, max_video_tokens: int,
+) -> tuple[int, int]:
+    """(height, width) every frame of a Qwen2/2.5-VL clip is resized to."""
+    if capped:
+        if num_frames <= 0:
+            raise QwenVideoInputError("a video needs at least one frame")
+        budget = int(max_video_tokens * factor * factor * 0.9)
+        max_pixels = max(min(max_pixels, budget * temporal_factor // num_frames),
+                         int(min_pixels * 1.05))
+    return smart_resize(height, width, factor, min_pixels, max_pixels)
+
+
+def qwen3_frame_size(
+    num_frames: int, height: int, width: int, *, factor: int, temporal_factor: int,
+    min_pixels: int, max_pixels: int, capped: bool, max_video_tokens: int,
+) -> tuple[int, int]:
+    """(height, width) every frame of a Qwen3-VL clip is resized to."""
+    if num_frames < temporal_factor:
+        raise QwenVideoInputError(
+            f"t:{num_frames} must be larger than temporal_factor:{temporal_factor} "
+            f"(Qwen3-VL needs at least {temporal_factor} frames per video)"
+        )
+    if capped:
+        per_frame = max(min(max_video_tokens * factor * factor, max_pixels // num_frames),
+                        int(min_pixels * 1.05))
+        max_pixels = per_frame * num_frames
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height, width = int(height * scale), int(width * scale)
+    if min(height, width) <= 0:
+        raise QwenVideoInputError(f"frames of {width}x{height} cannot be resized")
+    ratio = max(height, width) / min(height, width)
+    if ratio > MAX_ASPECT_RATIO:
+        raise QwenVideoInputError(
+            f"absolute aspect ratio must be smaller than {MAX_ASPECT_RATIO}, got {ratio}"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    t_bar = round(num_frames / temporal_factor) * temporal_factor
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((num_frames * height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (num_frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    if h_bar <= 0 or w_bar <= 0:
+        raise QwenVideoInputError(f"frames of {width}x{height} resize to an empty grid")
+    return h_bar, w_bar
+
+
+RULES = {QWEN2: qwen2_frame_size, QWEN3: qwen3_frame_size}
