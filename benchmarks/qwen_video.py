@@ -99,7 +99,7 @@ def _same(a: Any, b: Any) -> bool:
 def _fresh_peak(fn: Callable[[], Any]) -> int:
     """Peak RSS growth of one call with the output pool off and emptied: a recycled output
     is memory the process already holds, which would hide the output itself."""
-    from vlm_fastpath.kimi_integration.output_pool import POOL
+    from vlm_fastpath.imaging.output_pool import POOL
 
     key = "VLM_FASTPATH_BUFFER_POOL_MB"
     saved = os.environ.get(key)

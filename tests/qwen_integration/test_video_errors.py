@@ -30,7 +30,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> KernelCalls:
 
 
 def _errors():  # noqa: ANN202
-    from vlm_fastpath.qwen_integration.video_errors import (
+    from vlm_fastpath.qwen_integration.errors import (
         QwenVideoInputError,
         QwenVideoTooLargeError,
     )

@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from vlm_fastpath._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
-from vlm_fastpath.kimi_integration._numba_resample import BLOCK_ROWS, _vertical, resample_planes
+from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS, resample_planes, vertical_row
+from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 
 _ONE = np.uint64(1)
 _EIGHT = np.uint64(8)
@@ -157,7 +157,7 @@ def resize_patchify_group_band(frames, cs, xmin, xw, xprecision, starts, sizes, 
                                     acc_h, ring, slots, spare)
                     done[k] += count
                 for c in range(3):
-                    _vertical(ring[c], starts[y], sizes[y], weights[y], slots, acc, buf[k, c, r],
+                    vertical_row(ring[c], starts[y], sizes[y], weights[y], slots, acc, buf[k, c, r],
                               precision)
         _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, stream)
     store_fence()

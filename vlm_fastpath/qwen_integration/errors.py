@@ -33,3 +33,15 @@ class AspectRatioError(QwenInputError):
 
 class QwenImageTooLargeError(QwenInputError, PixelLimitError):
     """The image exceeds Pillow's decompression-bomb limit (``2 * Image.MAX_IMAGE_PIXELS``)."""
+
+
+class QwenVideoInputError(QwenInputError):
+    """A video cannot be turned into patches: no frames, frames of different sizes in one
+    video, a dtype or channel count no frame decoder produces, too few frames for Qwen3-VL
+    (``ValueError``, the class transformers' video processors raise for the same inputs)."""
+
+
+class QwenVideoTooLargeError(QwenVideoInputError, PixelLimitError):
+    """A video whose frames exceed Pillow's decompression-bomb limit
+    (``2 * Image.MAX_IMAGE_PIXELS``, the image processors' limit), or with more frames than
+    :data:`~vlm_fastpath.qwen_integration.video_processor.MAX_FRAMES`."""

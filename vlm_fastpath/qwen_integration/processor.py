@@ -290,7 +290,7 @@ class FastQwen2VLImageProcessor:
         p, t = config.patch_size, config.temporal_patch_size
         total = sum(plan.num_patches for plan in plans)
         # Recycled memory of a freed output when one fits, else numpy's (transparent huge
-        # pages on large buffers): kimi_integration.output_pool.
+        # pages on large buffers): imaging.output_pool.
         out = empty_output((total, 3 * t * p * p), lut.dtype)
         self._fill(rgb, plans, out, lut, config)
         grid = torch.tensor([[1, plan.grid_h, plan.grid_w] for plan in plans], dtype=torch.int64)
@@ -373,7 +373,7 @@ def _pixels(image: Image.Image | np.ndarray, pool: Executor | None) -> tuple[np.
     """``(HWC uint8 pixels, keepalive)`` of an RGB image or array, C-contiguous (hold
     ``keepalive`` while they are read). A PIL image gives Pillow's own 4-byte RGBX pixels
     where Pillow can export them in place, else a copy (:mod:`~vlm_fastpath.
-    kimi_integration.pillow_pixels`; in strips on ``pool`` if given): the kernels read RGBX
+    imaging.pillow_pixels`; in strips on ``pool`` if given): the kernels read RGBX
     as RGB, giving the same bytes."""
     if not isinstance(image, Image.Image):
         return np.ascontiguousarray(image), None

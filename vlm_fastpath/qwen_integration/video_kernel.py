@@ -11,7 +11,7 @@ in the output.
 How: every video of a call shares one plan per frame size (taps from ``torch_taps``, cached);
 each temporal group (the frames that share output rows) is cut into bands of patch rows so
 that there are at least a few jobs per worker, and the jobs run on the process's resize pool
-(``kimi_integration.resize_pool``), each a serial ``nogil`` numba call writing whole rows no
+(``imaging.resize_pool``), each a serial ``nogil`` numba call writing whole rows no
 other job writes. No numba threading layer is used, so
 nothing here takes the parallel-launch lock or cares about fork (the pool is per process).
 """
@@ -25,12 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from vlm_fastpath.kimi_integration.resize_pool import get_pool, pool_size
+from ..imaging.numba_launch import kernels
+from ..imaging.resize_pool import get_pool, pool_size
+from ..imaging.torch_taps import axis_taps, padded_taps
 
-from ..numba_kernels import LazyKernels
-from .torch_taps import axis_taps, padded_taps
-
-_KERNELS = LazyKernels("vlm_fastpath.qwen_integration._numba_video", "Qwen video kernel")
+_KERNELS = kernels("vlm_fastpath.qwen_integration._numba_video", "Qwen video kernel")
 
 JOBS_PER_WORKER = 3  # bands enough that a slow frame does not leave the other cores idle
 

@@ -34,12 +34,10 @@ from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoP
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 from transformers.video_utils import infer_channel_dimension_format
 
-from vlm_fastpath.kimi_integration.output_pool import empty_output
-
+from ..imaging.output_pool import empty_output
 from .config import BICUBIC, TORCHVISION
-from .errors import QwenConfigError
+from .errors import QwenConfigError, QwenVideoInputError, QwenVideoTooLargeError
 from .normalize_lut import build_lut
-from .video_errors import QwenVideoInputError, QwenVideoTooLargeError
 from .video_kernel import VideoPlan, fill_videos, kernels_available
 from .video_sizing import QWEN2, QWEN3, RULES
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
+from .errors import QwenVideoInputError
 from .smart_resize import MAX_ASPECT_RATIO, smart_resize
-from .video_errors import QwenVideoInputError
 
 QWEN2 = "qwen2"
 QWEN3 = "qwen3"

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from vlm_fastpath.patches import REGISTRY
-from vlm_fastpath.patches.vllm.qwen_vl_video import video_adapter
+from vlm_fastpath.patches.adapters import qwen_video_twin as video_adapter
 
 from .test_qwen_processor import _build, checkpoints, cpu_path  # noqa: F401 - fixtures
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import vlm_fastpath
-from vlm_fastpath.patches.vllm.qwen_vl_video import video_adapter
+from vlm_fastpath.patches.adapters import qwen_video_twin as video_adapter
 
 vllm = pytest.importorskip("vllm")
 
@@ -46,7 +46,7 @@ def _videos() -> list[tuple[np.ndarray, dict[str, object]]]:
 
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory):
-    from tests.support import qwen_checkpoint
+    from fixtures import qwen_checkpoint
 
     root = tmp_path_factory.mktemp("qwen-video-ckpt")
     found = {"qwen2.5": qwen_checkpoint.ensure(root, qwen_checkpoint.QWEN25)}

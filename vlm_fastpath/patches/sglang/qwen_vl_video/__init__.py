@@ -7,7 +7,7 @@ then ``process_mm_data`` calls transformers' processor, whose ``Qwen2VLVideoProc
 normalizes, pads and patchifies every frame. Our twins give ``torch.equal`` output faster.
 How: ``multimodal_processors_qwen_vl`` wraps ``QwenVLImageProcessor.__init__`` (stacked on the
 image patch's wrapper, which it requires): the processor's ``_processor`` view gets a
-``video_processor`` twin (the vLLM folder's ``video_adapter``) once ``check_video_compatible``
+``video_processor`` twin (``patches.adapters.qwen_video_twin``) once ``check_video_compatible``
 proved it equal. SGLang's own frame sampling and bilinear resize run unchanged, so the pixels
 are the release's; calls with a ``device`` other than the CPU (``video_preprocessing_device``,
 GPU preprocessing) go to transformers unchanged.

@@ -10,8 +10,8 @@ fused resize + LUT + temporal-pair kernel on every core.
 How: ``models`` wraps each model's ``ProcessingInfo.get_hf_processor``, stacked on the image
 patch's wrapper, which it requires (skipping or reverting that patch takes this one along: both
 ride on one attribute, whose original the image patch's skip promises back): the processor
-vLLM gets is a shallow copy whose
-``video_processor`` is the twin (``video_adapter``), once ``check_video_compatible`` proved
+vLLM gets is a shallow copy whose ``video_processor`` is the twin
+(``patches.adapters.qwen_video_twin``), once ``check_video_compatible`` proved
 both equal on probe clips in this process. ``get_video_processor``, ``_call_hf_processor``
 and Qwen3-VL's per-video calls all go through it. Where the processor is not one we mirror,
 a pixel method is not transformers' own, or a probe differs, vLLM's processor is handed out

@@ -3,8 +3,9 @@
 Each model's ``ProcessingInfo.get_hf_processor`` (Qwen2.5-VL's and Qwen3-VL's define their
 own) returns vLLM's cached HF processor; ``get_video_processor`` and every HF call of a video
 request go through it. The wrapper returns a view of it whose ``video_processor`` is the exact
-twin (``video_adapter.processor_view``), stacked on the image patch's wrapper where that one
-applies (then the view carries both twins). The cached object itself is never modified.
+twin (``adapters.qwen_video_twin.processor_view``), stacked on the image patch's wrapper
+where that one applies (then the view carries both twins). The cached object itself is never
+modified.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ...base import PatchContext
-from ...registry import register
+from ...core.base import PatchContext
+from ...core.registry import register
 from ..qwen_vl_processor.models_qwen2_vl import VERSIONS, QwenProcessingInfoPatch
 
 QWEN2_VL = "vllm.model_executor.models.qwen2_vl"
@@ -23,7 +24,7 @@ QWEN3_VL = "vllm.model_executor.models.qwen3_vl"
 
 def make_get_hf_processor(original: Any, patch: str) -> Any:
     """``get_hf_processor`` returning the view with our video processor (or the original)."""
-    from .video_adapter import logger, processor_view
+    from ...adapters.qwen_video_twin import logger, processor_view
 
     @functools.wraps(original)
     def get_hf_processor(self: Any, **kwargs: Any) -> Any:
@@ -40,7 +41,8 @@ def make_get_hf_processor(original: Any, patch: str) -> Any:
 
 class QwenVideoPatch(QwenProcessingInfoPatch):
     """The image patch's structure contract (``get_hf_processor(self, **kwargs)`` on the
-    info class); the behaviour clause runs per video processor (``video_adapter.twin_of``)."""
+    info class); the behaviour clause runs per video processor
+    (``adapters.qwen_video_twin.twin_of``)."""
 
     versions = VERSIONS
 
@@ -49,7 +51,7 @@ class QwenVideoPatch(QwenProcessingInfoPatch):
         original = info.__dict__.get("get_hf_processor") if info is not None else None
         if not callable(original):
             raise LookupError(f"{self.info_class} defines no get_hf_processor (renamed?)")
-        from . import video_adapter
+        from ...adapters import qwen_video_twin as video_adapter
 
         ctx.set_attr(video_adapter.SWITCHES, self.name, True)
         ctx.set_attr(info, "get_hf_processor", make_get_hf_processor(original, self.name))

@@ -5,7 +5,7 @@ A twin is an instance of a subclass of our ``FastQwen2VLVideoProcessor`` or
 every attribute and every method the engines read stay transformers'), holding the original's
 instance attributes. Its ``preprocess`` is ours while the patch that made it is applied, the
 original's after a revert; an unexpected fault in ours is contained (the original answers the
-call, :mod:`vlm_fastpath.patches.containment`); bad input raises our ``ValueError``.
+call, :mod:`vlm_fastpath.patches.core.containment`); bad input raises our ``ValueError``.
 
 Engine-neutral (no engine import): the vLLM patch uses it, an SGLang one could.
 """
@@ -18,8 +18,8 @@ import threading
 import weakref
 from typing import Any
 
-from ...._log import get_logger
-from ...containment import call_contained
+from ..._log import get_logger
+from ..core.containment import call_contained
 
 logger = get_logger("vlm_fastpath.patches")
 
@@ -182,7 +182,7 @@ def forget_views() -> None:
 
 def _note_stand_aside(patch: str, what: str, reason: str) -> None:
     try:
-        from ...registry import REGISTRY
+        from ..core.registry import REGISTRY
 
         REGISTRY.note_stand_aside(patch, what, reason)
     except Exception:  # noqa: BLE001 - reporting must never fail a request
