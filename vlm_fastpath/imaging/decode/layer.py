@@ -1,0 +1,144 @@
+"""Exact decoding: an image Pillow opened, decoded by a proven codec library, or not at all.
+
+``decode_opened`` takes what ``Image.open`` returned (the engine opens it: its format
+allowlist, ``MAX_IMAGE_PIXELS`` and decompression-bomb checks, its errors) and answers the
+image Pillow's ``load()`` would give -- same mode, size, pixels and ``info`` -- or None, and
+the caller lets Pillow decode. None also when the fast decoder raises or hands back another
+shape: the engine then meets Pillow's own behaviour on that input, errors included.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+import numpy as np
+from PIL import Image, features
+
+from . import codecs, variants, verified
+
+ENV_SWITCH = "VLM_FASTPATH_FAST_DECODE"  # "0" turns the fast decoders off
+_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
+_CODEC_NAMES = ("libjpeg_turbo", "zlib_ng", "webp")
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _pillow_codecs() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for name in _CODEC_NAMES:
+        try:
+            found[name] = features.version(name)
+        except Exception:  # noqa: BLE001 - an unknown feature is simply not verified
+            found[name] = None
+    return found
+
+
+_DECODERS: dict[str, codecs.Decoder | None] = {}
+
+
+def decoder_for(variant: str) -> codecs.Decoder | None:
+    """The verified decoder of ``variant`` in this process, or None."""
+    if variant in _DECODERS:
+        return _DECODERS[variant]
+    found = None
+    library, factory = codecs.ADAPTERS[variant]
+    version = codecs.installed(library)
+    if version is not None and verified.find(
+        variant, library, version, Image.__version__, _pillow_codecs()
+    ):
+        found = factory()
+    _DECODERS[variant] = found
+    return found
+
+
+def available() -> dict[str, str]:
+    """variant -> "library version" of every fast decoder verified in this process."""
+    out = {}
+    for variant in codecs.ADAPTERS:
+        if decoder_for(variant) is not None:
+            library = codecs.ADAPTERS[variant][0]
+            out[variant] = f"{library} {codecs.installed(library)}"
+    return out
+
+
+def unavailable_reason() -> str | None:
+    """Why no fast decoder can run here, or None when at least one can."""
+    if not enabled():
+        return f"{ENV_SWITCH}=0"
+    if available():
+        return None
+    libs = sorted({lib for lib, _ in codecs.ADAPTERS.values()})
+    state = ", ".join(f"{lib} {codecs.installed(lib) or 'not installed'}" for lib in libs)
+    return (
+        f"no verified codec library for Pillow {Image.__version__} ({state}); "
+        "install vlm-fastpath[decode]"
+    )
+
+
+def _source_bytes(image: Image.Image) -> bytes | None:
+    """The encoded bytes of an image opened from an in-memory buffer and not yet loaded."""
+    fp = getattr(image, "fp", None)
+    if not isinstance(fp, io.BytesIO) or getattr(image, "_im", True) is not None:
+        return None
+    if getattr(image, "tell", lambda: 0)() != 0:
+        return None
+    return fp.getvalue()
+
+
+def decode_opened(image: Any) -> Image.Image | None:
+    """What ``image.load()`` would make of ``image``, decoded fast; None: let Pillow do it."""
+    if not enabled() or not isinstance(image, Image.Image):
+        return None
+    data = _source_bytes(image)
+    if data is None:
+        return None
+    variant = variants.variant(image, data)
+    if variant is None:
+        return None
+    decode = decoder_for(variant)
+    if decode is None:
+        return None
+    try:
+        pixels = decode(data)
+    except Exception:  # noqa: BLE001 - the library refused it: Pillow decides, errors included
+        return None
+    return _as_loaded(image, pixels, variant)
+
+
+def _as_loaded(image: Image.Image, pixels: np.ndarray, variant: str) -> Image.Image | None:
+    mode = image.mode
+    width, height = image.size
+    channels = _CHANNELS[mode]
+    if pixels.dtype != np.uint8 or pixels.size != width * height * channels:
+        return None
+    if pixels.shape[:2] != (height, width):
+        return None
+    shaped = pixels.reshape(height, width) if channels == 1 else pixels.reshape(
+        height, width, channels
+    )
+    out = Image.fromarray(np.ascontiguousarray(shaped), mode)
+    out.info = dict(image.info)
+    if variant == "webp-still":
+        # What Pillow's WebP load adds for the one frame of a still image.
+        out.info.setdefault("timestamp", 0)
+        out.info.setdefault("duration", 0)
+    out.format = image.format
+    return out
+
+
+def decode_bytes(data: bytes, formats: tuple[str, ...] | list[str] | None = None) -> Image.Image:
+    """``Image.open(BytesIO(data), formats=formats)`` then ``load()``: the same image, faster.
+
+    Errors are Pillow's: opening is Pillow's, and Pillow decodes whatever the fast path
+    declines.
+    """
+    image = Image.open(io.BytesIO(data), formats=formats)
+    fast = decode_opened(image)
+    if fast is not None:
+        return fast
+    image.load()
+    return image
