@@ -13,10 +13,12 @@ PATCH_FOLDERS: tuple[str, ...] = (
     "vlm_fastpath.patches.vllm.moonvit_max_seqlen",
     "vlm_fastpath.patches.vllm.image_loader",
     "vlm_fastpath.patches.vllm.qwen_vl_processor",
+    "vlm_fastpath.patches.vllm.fast_image_decode",
     "vlm_fastpath.patches.sglang.batched_h2d",
     "vlm_fastpath.patches.sglang.vision_max_seqlen",
     "vlm_fastpath.patches.sglang.encoder_dp_ipc",
     "vlm_fastpath.patches.sglang.kimi_cpu_processor",
     "vlm_fastpath.patches.sglang.deferred_preprocessing",
     "vlm_fastpath.patches.sglang.qwen_vl_processor",
+    "vlm_fastpath.patches.sglang.fast_image_decode",
 )

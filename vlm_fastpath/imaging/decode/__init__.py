@@ -12,6 +12,20 @@ refuses -- is decoded by Pillow, so outcomes and error messages stay the engine'
 The libraries are the optional extra ``vlm-fastpath[decode]``; without them Pillow decodes.
 """
 
-from .layer import ENV_SWITCH, available, decode_bytes, decode_opened, unavailable_reason
+from .layer import (
+    ENV_SWITCH,
+    available,
+    decode_bytes,
+    decode_opened,
+    probe_mismatch,
+    unavailable_reason,
+)
 
-__all__ = ["ENV_SWITCH", "available", "decode_bytes", "decode_opened", "unavailable_reason"]
+__all__ = [
+    "ENV_SWITCH",
+    "available",
+    "decode_bytes",
+    "decode_opened",
+    "probe_mismatch",
+    "unavailable_reason",
+]

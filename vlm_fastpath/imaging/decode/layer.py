@@ -142,3 +142,28 @@ def decode_bytes(data: bytes, formats: tuple[str, ...] | list[str] | None = None
         return fast
     image.load()
     return image
+
+
+def probe_mismatch(open_image: Any) -> str | None:
+    """``behaviour: ...`` unless fast decoding equals Pillow's on small probe images here.
+
+    ``open_image`` is how the engine opens bytes (vLLM's allowlisted ``open_image``, or
+    ``Image.open``); patches call this from their contract before they apply.
+    """
+    rng = np.random.default_rng(30)
+    pixels = rng.integers(0, 256, (19, 23, 4), np.uint8)
+    for fmt, mode in (("JPEG", "RGB"), ("JPEG", "L"), ("PNG", "RGBA"), ("WEBP", "RGB")):
+        buf = io.BytesIO()
+        Image.fromarray(pixels[..., : len(mode)].squeeze(-1) if mode == "L" else
+                        pixels[..., : len(mode)], mode).save(buf, fmt)
+        data = buf.getvalue()
+        ours = decode_opened(open_image(io.BytesIO(data)))
+        if ours is None:
+            continue  # Pillow decodes this variant here
+        ref = open_image(io.BytesIO(data))
+        ref.load()
+        if (ours.mode, ours.size, ours.info) != (ref.mode, ref.size, ref.info) or (
+            ours.tobytes() != ref.tobytes()
+        ):
+            return f"behaviour: the fast {fmt} {mode} decode differs from Pillow's on a probe"
+    return None
