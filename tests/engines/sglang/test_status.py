@@ -33,7 +33,8 @@ def test_every_applied_patch_changed_something_and_revert_restores_identity(engi
         assert after[key] is original, key
 
 
-BEYOND_UPSTREAM = {"sglang-qwen-vl-cpu-image-processor", "sglang-kimi-k25-fused-cpu-processor"}
+BEYOND_UPSTREAM = {"sglang-qwen-vl-cpu-image-processor", "sglang-kimi-k25-fused-cpu-processor",
+                   "sglang-fast-image-decode"}
 
 
 def test_on_0_5_23_everything_stands_aside(patched):
