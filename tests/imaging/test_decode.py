@@ -80,6 +80,12 @@ def test_exif_orientations_all_differ_and_match():
     assert len(seen) == 8
 
 
+def test_large_images_use_a_fresh_array(monkeypatch):
+    monkeypatch.setattr(layer, "SCRATCH_KEEP_BYTES", 100)
+    for item in [i for i in CORPUS if i.fast][:6]:
+        assert_same_image(decode.decode_bytes(item.data), pillow_loaded(item.data))
+
+
 def test_threads_decode_the_same():
     items = [i for i in CORPUS if i.fast][:12] * 4
     with ThreadPoolExecutor(4) as pool:
@@ -107,6 +113,16 @@ def test_switch_off_means_pillow(monkeypatch):
     assert decode.unavailable_reason() == f"{decode.ENV_SWITCH}=0"
 
 
+def test_by_default_only_rows_measured_faster_are_used(monkeypatch):
+    monkeypatch.setenv(decode.ENV_SWITCH, "1")
+    jpeg, png, webp = (items()[0].data for items in (
+        decode_corpus.jpeg_items, decode_corpus.png_items, decode_corpus.webp_items))
+    assert decode.decode_opened(Image.open(io.BytesIO(jpeg))) is None  # exact, not faster
+    assert decode.decode_opened(Image.open(io.BytesIO(png))) is not None
+    assert decode.decode_opened(Image.open(io.BytesIO(webp))) is not None
+    assert set(decode.available()) == {"png-8bit", "webp-still"}
+
+
 def test_missing_or_unverified_library_means_pillow(monkeypatch):
     data = decode_corpus.jpeg_items()[0].data
     for version in (None, "0.0.1"):
@@ -120,7 +136,7 @@ def test_missing_or_unverified_library_means_pillow(monkeypatch):
 
 
 def test_a_refusing_library_hands_back_to_pillow(monkeypatch):
-    def broken(data: bytes) -> np.ndarray:
+    def broken(data: bytes, out: np.ndarray) -> np.ndarray:
         raise RuntimeError("codec refused")
 
     monkeypatch.setattr(layer, "_DECODERS", dict.fromkeys(codecs.ADAPTERS, broken))
@@ -131,8 +147,12 @@ def test_a_refusing_library_hands_back_to_pillow(monkeypatch):
 
 def test_a_wrong_shape_from_the_library_hands_back_to_pillow(monkeypatch):
     monkeypatch.setattr(layer, "_DECODERS", dict.fromkeys(
-        codecs.ADAPTERS, lambda data: np.zeros((3, 3, 3), np.uint8)))
+        codecs.ADAPTERS, lambda data, out: np.zeros((3, 3, 3), np.uint8)))
     data = decode_corpus.webp_items()[0].data
+    assert decode.decode_opened(Image.open(io.BytesIO(data))) is None
+    # an array of the right size that is not the one it was asked to fill
+    monkeypatch.setattr(layer, "_DECODERS", dict.fromkeys(
+        codecs.ADAPTERS, lambda data, out: np.zeros_like(out)))
     assert decode.decode_opened(Image.open(io.BytesIO(data))) is None
 
 
@@ -143,8 +163,10 @@ def test_probe_agrees_here():
 def test_probe_catches_a_wrong_decoder(monkeypatch):
     real = layer.decoder_for("jpeg-ycbcr")
 
-    def off_by_one(data: bytes) -> np.ndarray:
-        return real(data) ^ np.uint8(1)
+    def off_by_one(data: bytes, out: np.ndarray) -> np.ndarray:
+        real(data, out)
+        out ^= np.uint8(1)
+        return out
 
     monkeypatch.setitem(layer._DECODERS, "jpeg-ycbcr", off_by_one)
     assert decode.probe_mismatch(Image.open).startswith("behaviour: the fast JPEG RGB")

@@ -1,8 +1,10 @@
-"""The codec bindings, imported lazily: each adapter returns an ``ndarray`` or raises.
+"""The codec bindings, imported lazily: ``decode(data, out)`` fills ``out`` or raises.
 
 Adapters are thin on purpose: no decoding of our own, only the call that makes the library
 produce what Pillow produces (the accurate IDCT and fancy upsampling for libjpeg-turbo,
 strict mode so a libjpeg warning such as a premature end of data raises instead of padding).
+``out`` is a scratch array of the shape Pillow's header announces; a library that wants
+another shape raises, and Pillow decodes.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from importlib import metadata
 
 import numpy as np
 
-Decoder = Callable[[bytes], np.ndarray]
+Decoder = Callable[[bytes, np.ndarray], np.ndarray]
 
 
 @functools.cache
@@ -32,9 +34,10 @@ def jpeg_simplejpeg(gray: bool) -> Decoder:
 
     colorspace = "GRAY" if gray else "RGB"
 
-    def decode(data: bytes) -> np.ndarray:
+    def decode(data: bytes, out: np.ndarray) -> np.ndarray:
         return simplejpeg.decode_jpeg(
-            data, colorspace=colorspace, fastdct=False, fastupsample=False, strict=True
+            data, colorspace=colorspace, fastdct=False, fastupsample=False, strict=True,
+            buffer=out,
         )
 
     return decode
@@ -43,13 +46,19 @@ def jpeg_simplejpeg(gray: bool) -> Decoder:
 def png_imagecodecs() -> Decoder:
     import imagecodecs
 
-    return imagecodecs.png_decode
+    def decode(data: bytes, out: np.ndarray) -> np.ndarray:
+        return imagecodecs.png_decode(data, out=out)
+
+    return decode
 
 
 def webp_imagecodecs() -> Decoder:
     import imagecodecs
 
-    return imagecodecs.webp_decode
+    def decode(data: bytes, out: np.ndarray) -> np.ndarray:
+        return imagecodecs.webp_decode(data, hasalpha=out.shape[-1] == 4, out=out)
+
+    return decode
 
 
 # variant -> (library, factory of its decoder)

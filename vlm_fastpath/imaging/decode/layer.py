@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -18,13 +19,22 @@ from PIL import Image, features
 
 from . import codecs, variants, verified
 
-ENV_SWITCH = "VLM_FASTPATH_FAST_DECODE"  # "0" turns the fast decoders off
+ENV_SWITCH = "VLM_FASTPATH_FAST_DECODE"  # "0": off; "all": also exact-but-not-faster rows
 _CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 _CODEC_NAMES = ("libjpeg_turbo", "zlib_ng", "webp")
+# A per-thread scratch array the library decodes into, kept up to this size: reusing it spares
+# the page faults of a fresh allocation per image (the pixels are then copied into the Pillow
+# image, whose memory Pillow allocates as it does for its own decode).
+SCRATCH_KEEP_BYTES = 64 << 20
+_SCRATCH = threading.local()
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+    return _switch() not in ("0", "false", "no", "off")
+
+
+def _switch() -> str:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower()
 
 
 def _pillow_codecs() -> dict[str, str | None]:
@@ -38,28 +48,39 @@ def _pillow_codecs() -> dict[str, str | None]:
 
 
 _DECODERS: dict[str, codecs.Decoder | None] = {}
+_FASTER: dict[str, bool] = {}
 
 
 def decoder_for(variant: str) -> codecs.Decoder | None:
-    """The verified decoder of ``variant`` in this process, or None."""
+    """The verified decoder of ``variant`` in this process (exact; maybe not faster), or None."""
     if variant in _DECODERS:
         return _DECODERS[variant]
     found = None
     library, factory = codecs.ADAPTERS[variant]
     version = codecs.installed(library)
-    if version is not None and verified.find(
+    rule = None if version is None else verified.find(
         variant, library, version, Image.__version__, _pillow_codecs()
-    ):
+    )
+    if rule is not None:
         found = factory()
+        _FASTER[variant] = rule.faster
     _DECODERS[variant] = found
     return found
 
 
+def _in_use(variant: str) -> codecs.Decoder | None:
+    """``decoder_for``, when its rule is also faster (or the switch says ``all``)."""
+    found = decoder_for(variant)
+    if found is None or _FASTER.get(variant, True) or _switch() == "all":
+        return found
+    return None
+
+
 def available() -> dict[str, str]:
-    """variant -> "library version" of every fast decoder verified in this process."""
+    """variant -> "library version" of every fast decoder in use in this process."""
     out = {}
     for variant in codecs.ADAPTERS:
-        if decoder_for(variant) is not None:
+        if _in_use(variant) is not None:
             library = codecs.ADAPTERS[variant][0]
             out[variant] = f"{library} {codecs.installed(library)}"
     return out
@@ -99,28 +120,51 @@ def decode_opened(image: Any) -> Image.Image | None:
     variant = variants.variant(image, data)
     if variant is None:
         return None
-    decode = decoder_for(variant)
+    decode = _in_use(variant)
     if decode is None:
         return None
+    width, height = image.size
+    channels = _CHANNELS.get(image.mode)
+    if channels is None or width < 1 or height < 1:
+        return None
+    out = _scratch((height, width) if channels == 1 and variant == "png-8bit" else
+                   (height, width, channels))
     try:
-        pixels = decode(data)
+        pixels = decode(data, out)
     except Exception:  # noqa: BLE001 - the library refused it: Pillow decides, errors included
         return None
-    return _as_loaded(image, pixels, variant)
+    if not _filled(pixels, out):
+        return None
+    return _as_loaded(image, out, variant)
 
 
-def _as_loaded(image: Image.Image, pixels: np.ndarray, variant: str) -> Image.Image | None:
-    mode = image.mode
-    width, height = image.size
-    channels = _CHANNELS[mode]
-    if pixels.dtype != np.uint8 or pixels.size != width * height * channels:
-        return None
-    if pixels.shape[:2] != (height, width):
-        return None
-    shaped = pixels.reshape(height, width) if channels == 1 else pixels.reshape(
-        height, width, channels
+def _scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A C-contiguous uint8 array of ``shape``, this thread's reused one when small enough."""
+    size = int(np.prod(shape))
+    if size > SCRATCH_KEEP_BYTES:
+        return np.empty(shape, np.uint8)
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _SCRATCH.buf = np.empty(size, np.uint8)
+    return buf[:size].reshape(shape)
+
+
+def _filled(pixels: Any, out: np.ndarray) -> bool:
+    """The library wrote ``out`` itself (a view of it, same shape), not an array of its own."""
+    return (
+        isinstance(pixels, np.ndarray)
+        and pixels.dtype == np.uint8
+        and pixels.size == out.size
+        and np.shares_memory(pixels, out)
+        and pixels.__array_interface__["data"][0] == out.__array_interface__["data"][0]
     )
-    out = Image.fromarray(np.ascontiguousarray(shaped), mode)
+
+
+def _as_loaded(image: Image.Image, pixels: np.ndarray, variant: str) -> Image.Image:
+    mode = image.mode
+    # Uninitialised, as Pillow's own load allocates it: no zero fill before the copy.
+    out = Image.new(mode, image.size, None)
+    out.frombytes(pixels, "raw", mode)
     out.info = dict(image.info)
     if variant == "webp-still":
         # What Pillow's WebP load adds for the one frame of a still image.
