@@ -42,6 +42,10 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
         "test_image_loader.py::test_every_bad_image_is_a_value_error",
         "test_image_loader.py::test_good_image_is_the_releases",
     ),
+    "vllm-fast-image-decode": (
+        "test_fast_image_decode.py::test_load_bytes_is_the_releases",
+        "test_fast_image_decode.py::test_bad_input_is_the_releases",
+    ),
     "vllm-qwen2-vl-processor": _QWEN_VLLM,
     "vllm-qwen2-5-vl-processor": _QWEN_VLLM,
     "vllm-qwen3-vl-processor": _QWEN_VLLM,
@@ -66,6 +70,10 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
         "test_encoder_dp_resize.py::test_four_same_shape_images_share_one_interpolate",
     ),
     "sglang-kimi-k25-fused-cpu-processor": ("test_kimi_processor.py",),
+    "sglang-fast-image-decode": (
+        "test_fast_image_decode.py::test_load_image_is_the_releases",
+        "test_fast_image_decode.py::test_bad_input_is_the_releases",
+    ),
     "sglang-kimi-k25-deferred-sender": (
         "test_deferred_kimi_k25.py::test_tower_receives_eager_pixels",
         "test_deferred_kimi_k25.py::test_payload_bytes_4x1536x1024",

@@ -246,6 +246,10 @@ def facts(r: Release) -> dict[str, object]:
     f["load_bytes_catches"] = except_types(load) if load else None
     f["load_bytes_names_DecompressionBombError"] = "DecompressionBombError" in r.source(
         MEDIA_IMAGE, load)
+    text = r.source(MEDIA_IMAGE, load)
+    opened = max(text.find("open_image("), text.find("Image.open("))
+    f["load_bytes_opens_normalizes_loads"] = r.binds(MEDIA_IMAGE, "normalize_image") and (
+        0 <= opened < text.find("normalize_image(image)") < text.find("image.load()"))
 
     # model_executor/models/qwen*_vl.py: ProcessingInfo.get_hf_processor
     for module, cls in QWEN.values():
@@ -529,6 +533,17 @@ RULES: dict[str, Rule] = {
         misfit=_load_bytes_misfit,
         applies=_load_bytes_applies,
         note=lambda f: _load_bytes_misfit(f) or "",
+    ),
+    "vllm-fast-image-decode": Rule(
+        trigger=MEDIA_IMAGE,
+        not_needed=lambda f: None if f["image_io_defines_load_bytes"] else (
+            "media/image.py: no ImageMediaIO.load_bytes"),
+        failed=lambda f: None if f["load_bytes_opens_normalizes_loads"] else (
+            "media/image.py: load_bytes does not open, normalize_image(image), then load"),
+        applies=lambda f: ("media/image.py: load_bytes opens, then normalize_image(image) "
+                           "decodes"),
+        note=lambda f: "" if f["load_bytes_opens_normalizes_loads"] else (
+            "media/image.py: load_bytes does not call normalize_image on the opened image"),
     ),
     **{name: _qwen(name) for name in QWEN},
 }
