@@ -37,8 +37,10 @@ def _io(**kwargs):
 
 @pytest.fixture(autouse=True)
 def _every_verified_decoder(monkeypatch):
-    """Identity for every verified row, the exact-but-not-faster JPEG one too."""
-    monkeypatch.setenv(decode.ENV_SWITCH, "all")
+    """Identity for every verified row, the exact-but-not-faster JPEG one too (unless the
+    run turned fast decoding off, to see the patch stand aside)."""
+    if FAST:
+        monkeypatch.setenv(decode.ENV_SWITCH, "all")
 
 
 def outcome(call):
@@ -84,7 +86,7 @@ def test_status():
         assert row["status"] == "applied", row
     else:
         assert row["status"] == "stood-aside", row
-        assert row["reason"].startswith("dependency: no verified codec library"), row
+        assert "dependency: " in row["reason"], row  # no library, or the switch off
 
 
 needs_fast = pytest.mark.skipif(not FAST, reason=f"{decode.unavailable_reason()}")
