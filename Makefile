@@ -48,7 +48,7 @@ $(BENCH_STAMP): ci/bench-requirements.txt
 test: test-core test-engines
 
 test-core: venv
-	$(VENV)/bin/ruff check vlm_fastpath tests benchmarks ci
+	$(VENV)/bin/ruff check vlm_fastpath tests fixtures benchmarks ci
 	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/engines
 
 # One suite per pinned engine release, each in its cached env (matrix: ci/README.md).
@@ -79,7 +79,7 @@ e2e: venv
 	$(MAKE) --no-print-directory -f ci/serving.mk e2e
 
 lint: venv
-	$(VENV)/bin/ruff check vlm_fastpath tests benchmarks ci
+	$(VENV)/bin/ruff check vlm_fastpath tests fixtures benchmarks ci
 
 doctor: venv
 	$(VENV)/bin/vlm-fastpath doctor

@@ -25,7 +25,7 @@ import PIL
 import torch
 from PIL import Image
 
-from tests.kimi_integration.reference_kimi import KIMI_K25_CFG
+from fixtures.reference_kimi import KIMI_K25_CFG
 from vlm_fastpath.kimi_integration.deferred import DeferredKimiProcessor
 
 MIB = float(1 << 20)

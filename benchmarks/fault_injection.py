@@ -33,15 +33,15 @@ QWEN_PATCH = "vllm-qwen2-5-vl-processor"
 
 
 def _inputs() -> tuple[list[dict[str, Any]], list[Any]]:
-    from tests.engines.vllm.test_kimi_processor import _medias
-    from tests.engines.vllm.test_qwen_processor import _images
+    from fixtures.vllm_requests import kimi_medias as _medias
+    from fixtures.vllm_requests import qwen_images as _images
 
     return _medias()[:3], _images()[:3]
 
 
 def _models(root: Path) -> tuple[Path, Path]:
-    from tests.engines.vllm.kimi_model import make_model_dir
-    from tests.support import qwen_checkpoint
+    from fixtures import qwen_checkpoint
+    from fixtures.vllm_kimi_model import make_model_dir
 
     return make_model_dir(root), qwen_checkpoint.ensure(root, qwen_checkpoint.QWEN25)
 
@@ -53,7 +53,7 @@ def _processors(kimi_dir: Path, qwen_dir: Path) -> tuple[Any, Any]:
     from vllm.model_executor.models import kimi_k25
     from vllm.multimodal import MULTIMODAL_REGISTRY
 
-    from tests.engines.vllm.test_device_normalize import _mm_processor
+    from fixtures.vllm_requests import kimi_mm_processor as _mm_processor
 
     kimi = _mm_processor(kimi_k25, kimi_dir, torch.float32)
     config = ModelConfig(model=str(qwen_dir), tokenizer=str(qwen_dir), dtype="float32",
@@ -62,7 +62,7 @@ def _processors(kimi_dir: Path, qwen_dir: Path) -> tuple[Any, Any]:
 
 
 def _kimi_call(processor: Any, medias: list[dict[str, Any]]) -> dict[str, Any]:
-    from tests.engines.vllm.test_device_normalize import _hf_inputs
+    from fixtures.vllm_requests import hf_inputs as _hf_inputs
 
     out = _hf_inputs(processor, medias)
     return {key: out[key] for key in ("pixel_values", "grid_thws")}

@@ -1,7 +1,7 @@
 """The main benchmark: Kimi K2.5 image preprocessing, side by side in one process.
 
 Contenders (each timed on the same fresh images, rounds interleaved, median after warm-up):
-- reference: the checkpoint's plain arithmetic (tests/kimi_integration/reference_kimi.py);
+- reference: the checkpoint's plain arithmetic (fixtures/reference_kimi.py);
 - vllm-fused: vLLM's KimiK25FusedVisionProcessor, when vLLM is importable here;
 - vlm-fastpath: our FusedKimiProcessor;
 - pillow-1thr / pillow-all: Pillow's bicubic resize alone (no pad/normalize/patchify), on one
@@ -44,11 +44,11 @@ from PIL import Image
 
 from benchmarks.memory import measure_peak
 from benchmarks.workloads import Workload, default_workloads
-from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
+from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
+from vlm_fastpath.imaging.resample import resampler_info
+from vlm_fastpath.imaging.resize_pool import available_cpus, default_workers
 from vlm_fastpath.kimi_integration import FusedKimiProcessor
 from vlm_fastpath.kimi_integration.patchify_kernel import backend_info
-from vlm_fastpath.kimi_integration.resample import resampler_info
-from vlm_fastpath.kimi_integration.resize_pool import available_cpus, default_workers
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -344,7 +344,7 @@ def concurrency_check(rows: list[Row], cores: int) -> str | None:
 def first_calls(calls: int = 16) -> dict[str, float]:
     """In this (fresh) process: kernel load time, then ``calls`` calls on 1x2048x2048."""
     from benchmarks.workloads import random_images
-    from vlm_fastpath.kimi_integration import resample
+    from vlm_fastpath.imaging import resample
 
     images = random_images(calls, 2048, 2048, seed=99)  # a new image per call, like a server
     # An engine process has transformers imported already (the output is its BatchFeature):

@@ -1,14 +1,14 @@
 """Transfer counts of SGLang's encoder input path, unpatched vs patched, per pinned release.
 
 Runs each release's real code on the CPU inside ``TransferRecorder`` (a simulated accelerator:
-see ``tests/support/sglang_cpu.py``): device-to-host syncs per MoonViT forward (the
+see ``fixtures/sglang_cpu.py``): device-to-host syncs per MoonViT forward (the
 real tower, 27 layers, FA3 path with a stand-in kernel) and host-to-device copies per Qwen-VL /
 Kimi batch through the release's own ``_get_chunked_embedding_full``.
 
 Raw-feature copies under encoder data parallelism with CUDA IPC (Kimi K2.5, TP2/TP4/TP8 x 1-8
 distinct images, one request prefilled in two chunks): TP ranks simulated as threads over the
 release's own scheduler-side code with a recording double of its ``CudaIpcTensorTransportProxy``
-(``tests/support/ipc_sim.py``, shared with ``tests/engines/sglang/
+(``fixtures/ipc_sim.py``, shared with ``tests/engines/sglang/
 test_ipc_deferral.py``); every copy of a feature out of the IPC pool, on any rank, counts. The
 simulation doubles the pre-0.5.16 interfaces where our patches apply; releases with the deferral
 built in (0.5.16+, sglang #31227) are reported as "upstream", not simulated.
@@ -49,7 +49,7 @@ def _worker() -> dict:
         except Exception:  # noqa: BLE001 - the copies table then says why
             pass
 
-    from tests.support import sglang_cpu as _testing
+    from fixtures import sglang_cpu as _testing
     from vlm_fastpath.patches import REGISTRY
 
     result = {"version": sglang.__version__, "moonvit": {}, "h2d": {}}
@@ -124,7 +124,7 @@ def _raw_feature_copies() -> dict:
     try:
         import sglang.srt.managers.schedule_batch as sb
 
-        from tests.support import ipc_sim as _ipc_sim
+        from fixtures import ipc_sim as _ipc_sim
         from vlm_fastpath.patches.sglang.encoder_dp_ipc import _switches
 
         reason = _switches.upstream_has_it(sb)

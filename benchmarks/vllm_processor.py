@@ -5,7 +5,7 @@ Run inside an engine env from the repository root::
     .envs/vllm-0.33.0/bin/python -m benchmarks.vllm_processor
 
 Both measurements run in one process: the processor is obtained through vLLM's real
-``KimiK25ProcessingInfo.__init__`` (local model folder, see tests/engines/vllm/kimi_model.py)
+``KimiK25ProcessingInfo.__init__`` (local model folder, see fixtures/vllm_kimi_model.py)
 with the patches applied, then again after ``vlm_fastpath.revert()``. Before vLLM 0.25 the
 "without" processor is the test folder's stand-in for the checkpoint's remote code (plain
 numpy from the spec), not the real checkpoint file.
@@ -36,7 +36,7 @@ def _images(count: int, size: int, seed: int = 0) -> list[Any]:
 
 
 def _time_processor(model_dir: Path, images: list[Any], repeats: int) -> tuple[str, list[float]]:
-    from tests.engines.vllm.kimi_model import clear_processor_caches, processing_info
+    from fixtures.vllm_kimi_model import clear_processor_caches, processing_info
 
     clear_processor_caches()
     processor = processing_info(model_dir).image_processor
@@ -56,7 +56,7 @@ def run(images: int = 8, size: int = 2048, repeats: int = 3) -> dict[str, Any]:
     import vllm.model_executor.models.kimi_k25  # noqa: F401 - the import applies the patches
 
     import vlm_fastpath
-    from tests.engines.vllm.kimi_model import make_model_dir
+    from fixtures.vllm_kimi_model import make_model_dir
 
     with tempfile.TemporaryDirectory(prefix="vllm-processor-bench-") as tmp:
         os.environ.setdefault("HF_MODULES_CACHE", str(Path(tmp) / "modules"))

@@ -5,7 +5,7 @@ Run inside an engine env from the repository root::
     .envs/vllm-0.33.0/bin/python -m benchmarks.vllm_qwen_processor [--rounds 5] [--workloads ...]
 
 One process: vLLM's multimodal processor (``MULTIMODAL_REGISTRY.create_processor``, no
-processor cache) for a local tiny Qwen2.5-VL checkpoint folder (``tests/support/
+processor cache) for a local tiny Qwen2.5-VL checkpoint folder (``fixtures/
 qwen_checkpoint``, its ``preprocessor_config.json`` set to the Qwen2.5-VL checkpoints' own
 min/max_pixels 3136 / 12845056), called through vLLM's whole ``apply`` (HF processor call,
 field config, prompt update) with the patches applied and after ``vlm_fastpath.revert()``, in
@@ -35,7 +35,7 @@ QWEN25_PIXELS = {"min_pixels": 3136, "max_pixels": 12845056,
 
 def checkpoint(root: Path) -> Path:
     """The tiny Qwen2.5-VL folder with the real checkpoints' pixel limits."""
-    from tests.support import qwen_checkpoint
+    from fixtures import qwen_checkpoint
 
     path = qwen_checkpoint.ensure(root, qwen_checkpoint.QWEN25)
     config_path = path / "preprocessor_config.json"

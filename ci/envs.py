@@ -175,7 +175,7 @@ def build(name: str) -> Path:
     return target
 
 
-VERIFIED = ROOT / "vlm_fastpath/patches/verified.json"
+VERIFIED = ROOT / "vlm_fastpath/patches/core/verified.json"
 
 
 def _sources_hash(data: bool = True) -> str:
@@ -203,6 +203,9 @@ def wheel() -> tuple[Path, str]:
             log = CHECKOUT_ENVS / "wheel.log"
             log.unlink(missing_ok=True)
             base_py = str(build("base") / "bin/python")
+            # setuptools builds in ./build and keeps what an earlier build left there: a module
+            # moved or deleted since would ship in this wheel too (a second, stale copy).
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
             _run([base_py, "-m", "pip", "wheel", "-q", "--no-deps",
                   "-w", str(WHEELS), str(ROOT)], log)
             stamp.write_text(want)

@@ -27,8 +27,8 @@ PTH = REPO / "vlm_fastpath.pth"
 REGISTER_TEST_PATCH = textwrap.dedent(
     """
     import sys
-    from vlm_fastpath.patches.base import Patch
-    from vlm_fastpath.patches.registry import REGISTRY
+    from vlm_fastpath.patches.core.base import Patch
+    from vlm_fastpath.patches.core.registry import REGISTRY
 
     class FakeKimi(Patch):
         name = "test-fake-kimi"
@@ -76,7 +76,7 @@ def test_pth_bootstrap_applies_patch_when_engine_imported(tmp_path, fake_vllm) -
     code = (
         f"import site, sys; site.addsitedir({str(_pth_dir(tmp_path))!r})\n"
         "assert 'torch' not in sys.modules and 'numba' not in sys.modules\n"
-        "assert 'vlm_fastpath.patches.registry' not in sys.modules  # nothing loaded yet\n"
+        "assert 'vlm_fastpath.patches.core.registry' not in sys.modules  # nothing loaded yet\n"
         + REGISTER_TEST_PATCH
         + "import vllm.fakemod, vlm_fastpath, json\n"
         "print(json.dumps([vllm.fakemod.value, vlm_fastpath.status()]))\n"

@@ -29,7 +29,7 @@ def test_doctor_json_lists_every_patch() -> None:
     report = json.loads(proc.stdout)
     assert report["packages"]["pillow"]
     assert report["numba"]["numba"] is True
-    from vlm_fastpath.patches.registry import REGISTRY
+    from vlm_fastpath.patches.core.registry import REGISTRY
 
     names = {p.name for p in REGISTRY.patches()}
     assert {p["name"] for p in report["patches"]} == names
@@ -94,7 +94,7 @@ def test_a_module_the_release_lacks_is_no_import_error(monkeypatch, tmp_path) ->
     patches = [SimpleNamespace(engine="fake", trigger="fake_engine_pkg.absent"),
                SimpleNamespace(engine="fake", trigger="fake_engine_pkg.broken")]
     monkeypatch.setattr(doctor, "_dist_version", lambda name: "1.0")
-    from vlm_fastpath.patches import registry
+    from vlm_fastpath.patches.core import registry
 
     monkeypatch.setattr(registry.REGISTRY, "patches", lambda engine=None: patches)
     report: dict = {}
@@ -143,3 +143,15 @@ def test_what_changes_names_the_applied_patches_and_unverified_releases() -> Non
         "2 patch(es) change vllm 0.34.0: a, c (1 on a release the sweep has not verified; "
         "contract held)"
     )
+
+
+def test_doctor_reports_both_models_kernels() -> None:
+    proc = _doctor("--json")
+    assert proc.returncode == 0, proc.stderr
+    kernels = json.loads(proc.stdout)["numba"]["kernels"]
+    assert set(kernels) == {"kimi", "qwen"}
+    for model, info in kernels.items():
+        assert info["numba"] is True, (model, info)
+        assert info.get("threading_layer") == "workqueue", (model, info)
+    text = _doctor().stdout
+    assert "  kimi patchify: numba" in text and "  qwen patchify: numba" in text

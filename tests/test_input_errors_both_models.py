@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.kimi_integration.reference_kimi import KIMI_K25_CFG
+from fixtures.reference_kimi import KIMI_K25_CFG
 from tests.qwen_integration.helpers import CONFIGS
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiConfigError, KimiInputError
 from vlm_fastpath.qwen_integration import (

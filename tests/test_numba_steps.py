@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 numba = pytest.importorskip("numba")
 
-from vlm_fastpath._numba_int32 import mad32, shift_to_byte  # noqa: E402
-from vlm_fastpath._numba_stream import LINE, store_fence, stream_copy  # noqa: E402
+from vlm_fastpath.imaging._numba_int32 import mad32, shift_to_byte  # noqa: E402
+from vlm_fastpath.imaging._numba_stream import LINE, store_fence, stream_copy  # noqa: E402
 
 DTYPES = [np.uint8, np.float32, np.int32, np.float64]
 

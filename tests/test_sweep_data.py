@@ -15,7 +15,7 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from vlm_fastpath.patches.registry import REGISTRY
+from vlm_fastpath.patches.core.registry import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 

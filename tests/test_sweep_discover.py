@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vlm_fastpath.patches import fingerprint
+from vlm_fastpath.patches.core import fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 _BARE = ("behaviour", "coverage_page", "discover", "envs", "probe", "release_source",
@@ -244,8 +244,8 @@ def test_the_wheel_is_rebuilt_when_verified_json_changes(tmp_path, monkeypatch) 
     for name in ("pyproject.toml", "setup.py", "vlm_fastpath.pth", "vlm_fastpath/__init__.py"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(f"# {name}\n")
-    shipped = tmp_path / "vlm_fastpath/patches/verified.json"
-    shipped.parent.mkdir()
+    shipped = tmp_path / "vlm_fastpath/patches/core/verified.json"
+    shipped.parent.mkdir(parents=True)
     shipped.write_text("{}\n")
     monkeypatch.setattr(envs, "ROOT", tmp_path)
     monkeypatch.setattr(envs, "VERIFIED", shipped)

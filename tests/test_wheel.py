@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Product data read at run time: the sweep's verified fingerprints (status reasons).
-PACKAGE_DATA = ("vlm_fastpath/patches/verified.json",)
+PACKAGE_DATA = ("vlm_fastpath/patches/core/verified.json",)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ def _disabled() -> bool:
 
 
 def _apply_trigger(module_name: str) -> None:
-    from .patches.registry import REGISTRY
+    from .patches.core.registry import REGISTRY
 
     REGISTRY.apply(trigger=module_name)
 
@@ -37,7 +37,7 @@ def arm(engine: str) -> None:
             return
         _armed.add(engine)
     from ._import_hook import when_imported
-    from .patches.registry import REGISTRY
+    from .patches.core.registry import REGISTRY
 
     triggers = sorted({patch.trigger for patch in REGISTRY.patches(engine)})
     for trigger in triggers:

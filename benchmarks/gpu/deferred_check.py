@@ -30,7 +30,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.kimi_integration.reference_kimi import KIMI_K25_CFG  # noqa: E402
+from fixtures.reference_kimi import KIMI_K25_CFG  # noqa: E402
 from vlm_fastpath.kimi_integration.deferred import (  # noqa: E402
     DeferredKimiProcessor,
     MismatchHistogram,

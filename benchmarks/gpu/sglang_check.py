@@ -8,7 +8,7 @@ Run with a pinned release's python on a machine with one GPU (well under 5 minut
 On CUDA, device-to-host syncs are counted with ``torch.cuda.set_sync_debug_mode("warn")`` and
 H2D copies with a recording mode; the FA3 kernel is SGLang's own when it imports, else a
 stand-in (excluded from the counts). On the CPU the same numbers come from the simulated device
-of ``tests.support.sglang_cpu`` (no wall-time meaning beyond a smoke test).
+of ``fixtures.sglang_cpu`` (no wall-time meaning beyond a smoke test).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     import sglang.srt.models.kimi_k25  # noqa: F401
     import torch
 
-    from tests.support import sglang_cpu as _testing
+    from fixtures import sglang_cpu as _testing
     from vlm_fastpath.patches import REGISTRY
 
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from vlm_fastpath.bench.checkpoints import QWEN25_VL_CFG
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / ".cache" / "serving" / "models"
 RECIPE_VERSION = "2"  # bump to rebuild every cached checkpoint
@@ -86,17 +88,7 @@ KIMI_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}"
 )
 
-QWEN_PREPROCESSOR = {
-    "min_pixels": 3136,
-    "max_pixels": 12845056,
-    "patch_size": 14,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "image_mean": [0.48145466, 0.4578275, 0.40821073],
-    "image_std": [0.26862954, 0.26130258, 0.27577711],
-    "image_processor_type": "Qwen2VLImageProcessor",
-    "processor_class": "Qwen2_5_VLProcessor",
-}
+QWEN_PREPROCESSOR = QWEN25_VL_CFG
 
 KIMI_MEDIA_PROC_CFG = {
     "in_patch_limit": 16384,

@@ -24,7 +24,7 @@ expected statuses. A new release fails the sweep only by a crash, an exception e
 engine (import errors, VLM_FASTPATH=0/apply/revert) or a failing behaviour test of a patch that
 applies (other pixels than the engine's own); a patch standing aside there is a finding, and an
 env that cannot be built is printed, not failed. After a full clean pass the sweep rewrites
-ci/COVERAGE.md and vlm_fastpath/patches/verified.json (each recorded release's applied and
+ci/COVERAGE.md and vlm_fastpath/patches/core/verified.json (each recorded release's applied and
 verified patches with their code fingerprints, shipped in the wheel), each only if it changed.
 
     python3.11 ci/sweep/run.py [--engine vllm|sglang] [--release 0.19.1 ...] [--no-page]
@@ -60,9 +60,9 @@ from probe import IMPORT_CHECKS  # noqa: E402
 
 
 def _fingerprint_module():
-    """vlm_fastpath/patches/fingerprint.py by path: the package's one home for the hash, read
+    """vlm_fastpath/patches/core/fingerprint.py by path: the package's one home for the hash, read
     without importing vlm_fastpath (whose import needs numpy; this runs on a bare python)."""
-    path = ROOT / "vlm_fastpath/patches/fingerprint.py"
+    path = ROOT / "vlm_fastpath/patches/core/fingerprint.py"
     spec = importlib.util.spec_from_file_location("_vlm_fastpath_fingerprint", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -105,7 +105,7 @@ def _source(sites: list[Path], name: str) -> bytes | None:
 
 
 def modules_hash(env_dir: Path, modules: list[str]) -> str:
-    """The fingerprint ``vlm_fastpath.patches.fingerprint.code_fingerprint`` computes for
+    """The fingerprint ``vlm_fastpath.patches.core.fingerprint.code_fingerprint`` computes for
     ``modules`` inside that env (same function, so the shipped verified.json matches it)."""
     sites = _sites(env_dir)
     return fingerprint.fingerprint_files((name, _source(sites, name)) for name in modules)
@@ -143,7 +143,7 @@ def _hash_files(paths: list[Path]) -> str:
 def result_key(engine: str, release: str, rows: dict) -> str:
     deps = list(HERE.glob("*.py")) + [ROOT / "ci/envs.py", ROOT / IMPORT_CHECKS[engine][0]]
     deps += list((ROOT / "tests/engines" / engine).rglob("*.py"))
-    deps += list((ROOT / "tests/support").rglob("*.py"))
+    deps += list((ROOT / "fixtures").rglob("*.py"))
     digest = hashlib.sha256()
     digest.update(envs.spec(f"{engine}-{release}").directory().name.encode())
     digest.update(envs._sources_hash(data=False).encode())  # verified.json is our output
@@ -423,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=coverage.ENGINES, action="append")
     parser.add_argument("--release", action="append")
     parser.add_argument("--no-page", action="store_true",
-                        help="do not rewrite ci/COVERAGE.md nor vlm_fastpath/patches/verified.json")
+                        help="do not rewrite ci/COVERAGE.md nor "
+                        "vlm_fastpath/patches/core/verified.json")
     parser.add_argument("--jobs", type=int, default=0, help="releases at once (default: cores)")
     parser.add_argument("--hide", action="append", default=[],
                         help="treat this recorded release as new (also SWEEP_HIDE=a,b)")

@@ -6,7 +6,7 @@ code each patch's upstream detector looks for, found by parsing the release's mo
 with ``--csv``, the expected status of every SGLang patch, in the format of
 ``ci/sweep/expected/sglang.csv`` (``release,patch,status,reason``).
 
-The statuses follow the registry's order of decisions (vlm_fastpath/patches/registry.py):
+The statuses follow the registry's order of decisions (vlm_fastpath/patches/core/registry.py):
 trigger module absent -> not-needed; the release already does it -> upstream; release outside
 the patch's ``versions`` -> unsupported-version; a required patch not applied -> not-needed;
 nothing to patch -> not-needed; else applied. Each patch's ``name``/``versions`` are read

@@ -5,7 +5,7 @@ site-packages directory holding ``vllm/``. For every input it prints the facts i
 modules the patches touch (parsed with ``ast``) and, with ``--csv``, the expected status of
 every vLLM patch in the format of ``ci/sweep/expected/vllm.csv`` (``release,patch,status,reason``).
 
-The statuses follow the registry's order of decisions (vlm_fastpath/patches/registry.py):
+The statuses follow the registry's order of decisions (vlm_fastpath/patches/core/registry.py):
 trigger module absent -> not-needed; the release already does it -> upstream; release outside
 the patch's ``versions`` -> unsupported-version; none of ``requires_any`` applied -> not-needed;
 nothing to patch -> not-needed; the code the patch wraps is not there -> failed; else applied.
@@ -45,7 +45,7 @@ QWEN = {  # patch -> (module, ProcessingInfo class)
     "vllm-qwen3-vl-processor": ("vllm.model_executor.models.qwen3_vl", "Qwen3VLProcessingInfo"),
 }
 FUSED_CLS = "KimiK25FusedVisionProcessor"
-# What FastpathKimiVisionProcessor (vlm_fastpath/patches/vllm/kimi_processor/adapter.py)
+# What FastpathKimiVisionProcessor (vlm_fastpath/patches/adapters/kimi_vision.py)
 # answers; vLLM calling anything else on its image processor does not fit our adapter.
 ADAPTER_API = {"preprocess", "media_tokens_calculator", "num_frames_per_chunk",
                "get_resize_config", "resize_image", "media_proc_cfg", "to_dict",

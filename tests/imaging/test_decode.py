@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from tests.support import decode_corpus
+from fixtures import decode_corpus
 from vlm_fastpath.imaging import decode
 from vlm_fastpath.imaging.decode import codecs, layer
 

@@ -15,7 +15,7 @@ import warnings
 import pytest
 from PIL import Image, ImageFile
 
-from tests.support import bad_images, decode_corpus
+from fixtures import bad_images, decode_corpus
 from vlm_fastpath.imaging import decode
 
 pytestmark = pytest.mark.skipif(

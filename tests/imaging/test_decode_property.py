@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from tests.support.decode_corpus import photo_like, save
+from fixtures.decode_corpus import photo_like, save
 from vlm_fastpath.imaging import decode
 
 pytestmark = pytest.mark.skipif(

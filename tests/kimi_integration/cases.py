@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from PIL import Image
 
+from fixtures.reference_kimi import CLIP_CFG, KIMI_K25_CFG
+
 from .helpers import img, rand_array, video
-from .reference_kimi import CLIP_CFG, KIMI_K25_CFG
 
 ODD_SIZES = [(1, 1), (13, 13), (27, 29), (100, 37), (641, 479), (1531, 1203), (7200, 300)]
 

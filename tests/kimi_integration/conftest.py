@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.reference_kimi import CLIP_CFG, KIMI_K25_CFG
 from vlm_fastpath.kimi_integration import FusedKimiProcessor
-
-from .reference_kimi import CLIP_CFG, KIMI_K25_CFG
 
 
 # -- fixtures ----------------------------------------------------------------------------------

@@ -7,17 +7,13 @@ never against the package itself.
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
-from .reference_kimi import ref_preprocess
+from fixtures.reference_kimi import ref_preprocess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,39 +87,3 @@ def assert_parity(proc, medias, cfg, *, oracle_medias=None, uint8: bool = False)
     tokens = [proc.media_tokens_calculator(m) for m in medias]
     assert tokens == exp_tokens
     return out
-
-
-# -- subprocesses ------------------------------------------------------------------------------
-def subprocess_env(**overrides: str | None) -> dict[str, str]:
-    env = dict(os.environ)
-    for key in ("NUMBA_THREADING_LAYER", "VLM_FASTPATH_NUMBA"):
-        env.pop(key, None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
-    )
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
-
-
-def run_script(
-    tmp_path: Path, code: str, *, timeout: float = 120, **env: str | None
-) -> subprocess.CompletedProcess:
-    """Run ``code`` as a script file (spawn needs a real __main__ file); assert exit 0."""
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(code))
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=str(tmp_path),
-        env=subprocess_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, (
-        f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
-    )
-    return proc

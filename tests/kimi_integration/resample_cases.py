@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from PIL import Image
 
+from fixtures.reference_kimi import CLIP_CFG, KIMI_K25_CFG
+
 from .helpers import img, rand_array, video
-from .reference_kimi import CLIP_CFG, KIMI_K25_CFG
 
 SMALL = dict(KIMI_K25_CFG, in_patch_limit=300)  # anything above ~240x240 downscales
 SMALL_CLIP = dict(CLIP_CFG, in_patch_limit=300)

@@ -13,11 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+from fixtures.reference_kimi import CLIP_CFG, KIMI_K25_CFG, ref_preprocess
+from fixtures.subprocesses import run_script
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, patchify_kernel
 
 from .cases import backend_batches, run_backend_cases
-from .helpers import img, rand_image, run_script, video
-from .reference_kimi import CLIP_CFG, KIMI_K25_CFG, ref_preprocess
+from .helpers import img, rand_image, video
 
 needs_numba = pytest.mark.skipif(
     importlib.util.find_spec("numba") is None, reason="numba not installed"
@@ -108,7 +109,7 @@ WORKQUEUE_SCRIPT = """
     import torch
     from vlm_fastpath.kimi_integration import FusedKimiProcessor, patchify_kernel
     from tests.kimi_integration.helpers import img, rand_image
-    from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
+    from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
 
     proc = FusedKimiProcessor(KIMI_K25_CFG)
     # big enough single images that kernel launches from 8 threads overlap
@@ -154,7 +155,7 @@ FORK_SCRIPT = """
     import numpy as np
     from vlm_fastpath.kimi_integration import FusedKimiProcessor, patchify_kernel
     from tests.kimi_integration.helpers import img, rand_image
-    from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
+    from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
 
     LAYER = os.environ.get("NUMBA_THREADING_LAYER")
     proc = FusedKimiProcessor(KIMI_K25_CFG)
@@ -240,7 +241,7 @@ def _require_layer(tmp_path, layer):
     import subprocess
     import sys
 
-    from .helpers import subprocess_env
+    from fixtures.subprocesses import subprocess_env
 
     code = (
         "import numpy as np, numba\n"

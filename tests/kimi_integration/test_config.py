@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from fixtures.reference_kimi import CLIP_CFG, KIMI_K25_CFG
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiMediaConfig
 from vlm_fastpath.kimi_integration.errors import KimiConfigError
 
 from .helpers import assert_parity, img, rand_image, video
-from .reference_kimi import CLIP_CFG, KIMI_K25_CFG
 
 # Non-default everywhere, so a field that is silently ignored changes the output.
 CUSTOM_CFG = dict(

@@ -17,6 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
+from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiMediaConfig, plan_image
 from vlm_fastpath.kimi_integration.deferred import (
     DEFERRED_PREPROCESSING_KEY,
@@ -39,7 +40,6 @@ from vlm_fastpath.kimi_integration.errors import (
 )
 
 from .helpers import decode, encode, img, palette_image, rand_array, video
-from .reference_kimi import KIMI_K25_CFG, ref_preprocess
 
 BACKENDS = ["pillow", "torch-pillow"]  # both must equal the eager path on CPU
 FILLS = ["white", "black", "gray", "chessboard"]

@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from fixtures.reference_kimi import KIMI_K25_CFG
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiMediaConfig
 from vlm_fastpath.kimi_integration.errors import (
     ImageTooLargeError,
@@ -18,7 +19,6 @@ from vlm_fastpath.kimi_integration.errors import (
 )
 
 from .helpers import assert_parity, encode, img, rand_array, rand_image, video
-from .reference_kimi import KIMI_K25_CFG
 
 
 def _raises(proc, medias, exc_type, match):

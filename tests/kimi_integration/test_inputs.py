@@ -7,8 +7,9 @@ import pytest
 import torch
 from PIL import Image
 
+from fixtures.reference_kimi import CLIP_CFG, KIMI_K25_CFG
+
 from .helpers import assert_parity, decode, encode, img, rand_array, video
-from .reference_kimi import CLIP_CFG, KIMI_K25_CFG
 
 W, H = 61, 47  # odd sizes, below the limits (no resize: the conversion itself is tested)
 BIG_W, BIG_H = 1531, 1203  # downscaled: the conversion feeds a real resize

@@ -12,11 +12,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vlm_fastpath.kimi_integration import FusedKimiProcessor, output_pool
-from vlm_fastpath.kimi_integration.output_pool import MIN_BYTES, OutputPool
+from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
+from vlm_fastpath.imaging import output_pool
+from vlm_fastpath.imaging.output_pool import MIN_BYTES, OutputPool
+from vlm_fastpath.kimi_integration import FusedKimiProcessor
 
 from .helpers import img, rand_image
-from .reference_kimi import KIMI_K25_CFG, ref_preprocess
 
 MB = 1 << 20
 

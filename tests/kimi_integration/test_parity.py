@@ -9,14 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vlm_fastpath.kimi_integration import (
-    FusedKimiProcessor,
-    KimiProcessorError,
-    build_normalize_lut,
-)
-
-from .helpers import assert_parity, decode, encode, img, rand_image, video
-from .reference_kimi import (
+from fixtures.reference_kimi import (
     CLIP_CFG,
     KIMI_K25_CFG,
     ref_normalize,
@@ -24,6 +17,13 @@ from .reference_kimi import (
     ref_resize_target,
     ref_video_limit,
 )
+from vlm_fastpath.kimi_integration import (
+    FusedKimiProcessor,
+    KimiProcessorError,
+    build_normalize_lut,
+)
+
+from .helpers import assert_parity, decode, encode, img, rand_image, video
 
 SMALL_SIZES = [
     (1, 1),

@@ -17,12 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from tests.support.pillow_blocks import pillow_blocks
-from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
-from vlm_fastpath.kimi_integration.pillow_pixels import rgbx_copy, rgbx_view
+from fixtures.pillow_blocks import pillow_blocks
+from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
+from vlm_fastpath.imaging import resample
+from vlm_fastpath.imaging.pillow_pixels import rgbx_copy, rgbx_view
+from vlm_fastpath.kimi_integration import FusedKimiProcessor
 
 from .helpers import rand_array
-from .reference_kimi import KIMI_K25_CFG, ref_preprocess
 
 POOL = ThreadPoolExecutor(2)
 

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.support import bad_images
+from fixtures import bad_images
+from fixtures.reference_kimi import KIMI_K25_CFG
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiMediaConfig
 from vlm_fastpath.kimi_integration.deferred import DeferredKimiProcessor, choose_form
 from vlm_fastpath.kimi_integration.deferred.transport import TransportForm
@@ -31,8 +32,6 @@ from vlm_fastpath.kimi_integration.errors import (
     KimiConfigError,
     KimiInputError,
 )
-
-from .reference_kimi import KIMI_K25_CFG
 
 K25_BACKENDS = ["pillow", "torch-pillow", "torch-antialias"]
 
@@ -245,7 +244,7 @@ _TBB_SCRIPT = textwrap.dedent(
     import numba
     from numba import njit, prange
     import numpy as np
-    from vlm_fastpath.kimi_integration.threading_layer import ensure_loadable_threading_layer
+    from vlm_fastpath.imaging.threading_layer import ensure_loadable_threading_layer
 
     @njit(parallel=True)
     def total(x):
@@ -262,7 +261,7 @@ _TBB_SCRIPT = textwrap.dedent(
 
 def test_unloadable_numba_layer_falls_back_to_workqueue():
     pytest.importorskip("numba")
-    from vlm_fastpath.kimi_integration.threading_layer import layer_loads
+    from vlm_fastpath.imaging.threading_layer import layer_loads
 
     if layer_loads("tbb"):
         pytest.skip("tbb is installed here: nothing to fall back from")
@@ -286,8 +285,8 @@ def test_loadable_numba_layer_is_left_alone():
 def test_processor_works_under_an_unloadable_numba_layer():
     """End to end once ``patchify_kernel`` calls the fallback before its first launch."""
     pytest.importorskip("numba")
+    from vlm_fastpath.imaging.threading_layer import layer_loads
     from vlm_fastpath.kimi_integration import patchify_kernel
-    from vlm_fastpath.kimi_integration.threading_layer import layer_loads
 
     source = open(patchify_kernel.__file__, encoding="utf-8").read()
     if "ensure_loadable_threading_layer" not in source:
@@ -298,7 +297,7 @@ def test_processor_works_under_an_unloadable_numba_layer():
         """
         import numpy as np
         from vlm_fastpath.kimi_integration import FusedKimiProcessor
-        from tests.kimi_integration.reference_kimi import KIMI_K25_CFG
+        from fixtures.reference_kimi import KIMI_K25_CFG
         image = np.zeros((300, 200, 3), dtype=np.uint8)
         out = FusedKimiProcessor(KIMI_K25_CFG).preprocess([{"type": "image", "image": image}])
         print(tuple(out["pixel_values"].shape))

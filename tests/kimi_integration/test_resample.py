@@ -19,12 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
-from vlm_fastpath.kimi_integration.pillow_coeffs import vertical_first
-from vlm_fastpath.kimi_integration.resample import resampler_info, resize_rgb
+from fixtures.reference_kimi import CLIP_CFG, KIMI_K25_CFG, ref_preprocess
+from vlm_fastpath.imaging import resample
+from vlm_fastpath.imaging.pillow_coeffs import vertical_first
+from vlm_fastpath.imaging.resample import resampler_info, resize_rgb
+from vlm_fastpath.kimi_integration import FusedKimiProcessor
 
 from .helpers import assert_parity, decode, encode, img, palette_image, rand_array, video
-from .reference_kimi import CLIP_CFG, KIMI_K25_CFG, ref_preprocess
 from .resample_cases import SMALL, SMALL_CLIP
 
 KERNEL_EXPECTED = (

@@ -21,9 +21,8 @@ from pathlib import Path
 import PIL
 import pytest
 
-from vlm_fastpath.kimi_integration.resample import VERIFIED_PILLOW
-
-from .helpers import REPO_ROOT, subprocess_env
+from fixtures.subprocesses import REPO_ROOT, subprocess_env
+from vlm_fastpath.imaging.resample import VERIFIED_PILLOW
 
 CACHE = REPO_ROOT / ".cache" / "pillow"
 CORE_VERSION = "12.3.0"  # the 12.x of the core suite: the release with the tall-image split
@@ -69,10 +68,11 @@ VERSION_SCRIPT = """
     from PIL import Image
 
     assert PIL.__version__ == sys.argv[2], (PIL.__version__, PIL.__file__)
-    from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
-    from vlm_fastpath.kimi_integration.pillow_coeffs import vertical_first
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor
+    from vlm_fastpath.imaging import resample
+    from vlm_fastpath.imaging.pillow_coeffs import vertical_first
     from tests.kimi_integration.helpers import img, rand_array
-    from tests.kimi_integration.reference_kimi import ref_preprocess
+    from fixtures.reference_kimi import ref_preprocess
     from tests.kimi_integration.resample_cases import SMALL, batches
 
     info = resample.resampler_info()

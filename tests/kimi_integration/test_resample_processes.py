@@ -11,10 +11,11 @@ import importlib.util
 import pytest
 import torch
 
-from vlm_fastpath.kimi_integration import FusedKimiProcessor, resize_pool
+from fixtures.reference_kimi import ref_preprocess
+from fixtures.subprocesses import run_script
+from vlm_fastpath.imaging import resize_pool
+from vlm_fastpath.kimi_integration import FusedKimiProcessor
 
-from .helpers import run_script
-from .reference_kimi import ref_preprocess
 from .resample_cases import SMALL, SMALL_CLIP, batches
 
 needs_numba = pytest.mark.skipif(
@@ -28,7 +29,8 @@ CASES = """
 FALLBACK_SCRIPT = CASES + """
     import sys
     import torch
-    from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor
+    from vlm_fastpath.imaging import resample
 
     info = resample.resampler_info()
     assert info["resampler"] == "pillow" and "VLM_FASTPATH_NUMBA=0" in info["reason"], info
@@ -49,7 +51,7 @@ FALLBACK_SCRIPT = CASES + """
 def test_numba_off_gives_the_same_bytes(tmp_path):
     run_script(tmp_path, FALLBACK_SCRIPT, VLM_FASTPATH_NUMBA="0")
     fallback = torch.load(tmp_path / "fallback.pt")
-    from vlm_fastpath.kimi_integration import resample
+    from vlm_fastpath.imaging import resample
 
     assert resample.kernel_enabled()
     for cfg_name, cfg in (("kimi", SMALL), ("clip", SMALL_CLIP)):
@@ -70,8 +72,9 @@ FORK_SCRIPT = CASES + """
     import traceback
 
     import numpy as np
-    from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
-    from tests.kimi_integration.reference_kimi import ref_preprocess
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor
+    from vlm_fastpath.imaging import resample
+    from fixtures.reference_kimi import ref_preprocess
 
     PROC = FusedKimiProcessor(SMALL)
 
@@ -178,10 +181,10 @@ def test_pool_size_is_the_created_pools(monkeypatch):
 
 THREADS_SCRIPT = """
     from vlm_fastpath.kimi_integration import FusedKimiProcessor
-    from vlm_fastpath.kimi_integration.band_pool import get_band_pool
-    from vlm_fastpath.kimi_integration.resample import resampler_info
+    from vlm_fastpath.imaging.band_pool import get_band_pool
+    from vlm_fastpath.imaging.resample import resampler_info
     from tests.kimi_integration.helpers import assert_parity, img, rand_image
-    from tests.kimi_integration.reference_kimi import KIMI_K25_CFG
+    from fixtures.reference_kimi import KIMI_K25_CFG
 
     cfg = dict(KIMI_K25_CFG, in_patch_limit=300)
     assert_parity(FusedKimiProcessor(cfg), [img(rand_image(1, 700, 500))], cfg)
@@ -267,8 +270,9 @@ def test_one_variable_bounds_the_numba_kernels(tmp_path, threads):
 WARM_SCRIPT = """
     import numpy as np
     from PIL import Image
-    from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
-    from vlm_fastpath.kimi_integration import _numba_resample as kernels
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor
+    from vlm_fastpath.imaging import resample
+    from vlm_fastpath.imaging import _numba_resample as kernels
     from tests.kimi_integration.resample_cases import SMALL
 
     assert not kernels.resize_patchify_band.signatures  # nothing loaded before a processor
@@ -291,7 +295,7 @@ WARM_SCRIPT = """
 @needs_numba
 def test_processor_construction_loads_every_kernel_specialization(tmp_path):
     """The first request must not pay the kernel's load: the constructor does it."""
-    from vlm_fastpath.kimi_integration import resample
+    from vlm_fastpath.imaging import resample
 
     if not resample.kernel_enabled():
         pytest.skip(resample.resampler_info()["reason"])

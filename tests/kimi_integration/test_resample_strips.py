@@ -14,13 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from tests.support.pillow_blocks import pillow_blocks
-from vlm_fastpath.kimi_integration import FusedKimiProcessor, resample
-from vlm_fastpath.kimi_integration.pillow_pixels import rgbx_view
-from vlm_fastpath.kimi_integration.resample import resize_rgb
+from fixtures.pillow_blocks import pillow_blocks
+from fixtures.reference_kimi import KIMI_K25_CFG
+from vlm_fastpath.imaging import resample
+from vlm_fastpath.imaging.pillow_pixels import rgbx_view
+from vlm_fastpath.imaging.resample import resize_rgb
+from vlm_fastpath.kimi_integration import FusedKimiProcessor
 
 from .helpers import assert_parity, img, rand_array, video
-from .reference_kimi import KIMI_K25_CFG
 from .test_resample import (
     PROCESSOR_CASES,
     SETTINGS,

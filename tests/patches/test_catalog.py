@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from vlm_fastpath.patches.catalog import PATCH_FOLDERS
-from vlm_fastpath.patches.registry import REGISTRY, patch_modules, topological_order
+from vlm_fastpath.patches.core.catalog import PATCH_FOLDERS, patch_modules
+from vlm_fastpath.patches.core.decisions import topological_order
+from vlm_fastpath.patches.core.registry import REGISTRY
 
 HEADER_FIELDS = ("Why:", "How", "Upstream PR:", "Versions:", "Delete when:")
 PR = re.compile(r"^[\w.-]+/[\w.-]+#\d+$")
@@ -58,3 +59,30 @@ def test_touching_lists_every_patch_of_a_module() -> None:
         "sglang-kimi-k25-encoder-dp-owner-only",
         "sglang-kimi-k25-deferred-owner",
     }
+
+
+def _versions_section(folder: str) -> str:
+    doc = importlib.import_module(folder).__doc__ or ""
+    found = re.search(r"Versions:(.*?)(?:\n[A-Z][\w ]*:|\Z)", doc, re.S)
+    assert found, f"{folder} header has no Versions: section"
+    return found.group(1)
+
+
+@pytest.mark.parametrize("folder", PATCH_FOLDERS)
+def test_versions_match_the_folder_header(folder: str) -> None:
+    """Every clause of each patch's ``versions`` is written in its folder's Versions: section,
+    and the header names exactly the upper bounds its patches keep (no stale or missing cap)."""
+    from packaging.specifiers import SpecifierSet
+
+    section = _versions_section(folder)
+    flat = re.sub(r"\s+", "", section)
+    patches = [p for p in REGISTRY.patches() if type(p).__module__.rpartition(".")[0] == folder]
+    assert patches, folder
+    caps = set()
+    for patch in patches:
+        for clause in SpecifierSet(patch.versions):
+            assert str(clause) in flat, f"{patch.name}: {clause} not in {folder}'s Versions:"
+            if clause.operator in ("<", "<="):
+                caps.add(clause.version)
+    written = set(re.findall(r"<\s*=?\s*(\d+(?:\.\d+)+)", section))
+    assert written == caps, f"{folder}: header caps {sorted(written)}, patches {sorted(caps)}"

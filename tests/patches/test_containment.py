@@ -8,11 +8,11 @@ import types
 
 import pytest
 
-from vlm_fastpath.patches import containment
-from vlm_fastpath.patches import registry as registry_module
-from vlm_fastpath.patches.base import Patch, PatchContext, PatchStatus
-from vlm_fastpath.patches.containment import answer, call_contained, contained
-from vlm_fastpath.patches.registry import PatchRegistry
+from vlm_fastpath.patches.core import containment
+from vlm_fastpath.patches.core import registry as registry_module
+from vlm_fastpath.patches.core.base import Patch, PatchContext, PatchStatus
+from vlm_fastpath.patches.core.containment import answer, call_contained, contained
+from vlm_fastpath.patches.core.registry import PatchRegistry
 
 ENGINE = "faultengine"
 TRIGGER = "faultengine.models.thing"
@@ -239,7 +239,7 @@ def test_outer_guard_does_not_fall_back_past_a_no_fallback_guard() -> None:
 
 def test_doctor_reports_a_quarantined_patch() -> None:
     from vlm_fastpath import doctor
-    from vlm_fastpath.patches.registry import REGISTRY
+    from vlm_fastpath.patches.core.registry import REGISTRY
 
     name = "vllm-image-loader-client-errors"
     try:

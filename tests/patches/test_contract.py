@@ -13,10 +13,10 @@ import types
 
 import pytest
 
-from vlm_fastpath.patches import fingerprint
-from vlm_fastpath.patches import registry as registry_module
-from vlm_fastpath.patches.base import Patch, PatchContext, PatchStatus, signature_clause
-from vlm_fastpath.patches.registry import PatchRegistry
+from vlm_fastpath.patches.core import decisions as decisions_module
+from vlm_fastpath.patches.core import fingerprint
+from vlm_fastpath.patches.core.base import Patch, PatchContext, PatchStatus, signature_clause
+from vlm_fastpath.patches.core.registry import PatchRegistry
 
 ENGINE = "fakecontract"
 TRIGGER = "fakecontract.models.proc"
@@ -80,7 +80,7 @@ class OursPatch(Patch):
 
 @pytest.fixture
 def registry(fake_engine, monkeypatch: pytest.MonkeyPatch) -> PatchRegistry:
-    monkeypatch.setattr(registry_module, "verified_releases", lambda engine, patch: {})
+    monkeypatch.setattr(decisions_module, "verified_releases", lambda engine, patch: {})
     reg = PatchRegistry()
     reg._loaded_catalog = True
     reg.register(OursPatch())
@@ -148,7 +148,7 @@ def test_kwargs_marker_in_signatures() -> None:
 
 def test_verified_release_has_no_note(registry, fake_engine, monkeypatch) -> None:
     monkeypatch.setattr(
-        registry_module, "verified_releases", lambda engine, patch: {"0.99.0": "x" * 16}
+        decisions_module, "verified_releases", lambda engine, patch: {"0.99.0": "x" * 16}
     )
     registry.apply()
     result = _result(registry)
@@ -159,10 +159,10 @@ def test_verified_release_has_no_note(registry, fake_engine, monkeypatch) -> Non
 def test_unverified_release_with_verified_code_names_it(registry, fake_engine, monkeypatch):
     same = fingerprint.code_fingerprint((TRIGGER,), read=lambda name: b"source")
     monkeypatch.setattr(
-        registry_module, "code_fingerprint", lambda modules: same
+        decisions_module, "code_fingerprint", lambda modules: same
     )
     monkeypatch.setattr(
-        registry_module, "verified_releases",
+        decisions_module, "verified_releases",
         lambda engine, patch: {"0.33.0": same, "0.9.0": same, "0.32.0": "0" * 16},
     )
     registry.apply()
@@ -207,7 +207,7 @@ def test_every_upper_bound_left_is_explained_in_its_folder_header() -> None:
 
     from packaging.specifiers import SpecifierSet
 
-    from vlm_fastpath.patches.registry import REGISTRY
+    from vlm_fastpath.patches.core.registry import REGISTRY
 
     capped = []
     for patch in REGISTRY.patches():

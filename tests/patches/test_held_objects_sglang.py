@@ -25,13 +25,13 @@ import pytest
 import torch
 from PIL import Image
 
+from fixtures.held_objects import HeldCase, check_held_object, forget_faults
+from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
 from tests.kimi_integration.helpers import rand_array
-from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
-from tests.support.held_objects import HeldCase, check_held_object, forget_faults
 from vlm_fastpath.kimi_integration import FusedKimiProcessor
 from vlm_fastpath.kimi_integration.deferred import DeferredKimiProcessor
-from vlm_fastpath.patches import registry as registry_module
-from vlm_fastpath.patches.registry import PatchRegistry
+from vlm_fastpath.patches.core import registry as registry_module
+from vlm_fastpath.patches.core.registry import PatchRegistry
 from vlm_fastpath.patches.sglang.deferred_preprocessing import _contained, models_kimi_k25
 from vlm_fastpath.patches.sglang.deferred_preprocessing._shared import ITEM_KEY, digest_feature
 from vlm_fastpath.patches.sglang.kimi_cpu_processor import multimodal_processors_kimi_k25 as cpu

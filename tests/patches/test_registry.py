@@ -10,8 +10,8 @@ import types
 
 import pytest
 
-from vlm_fastpath.patches.base import Patch, PatchContext, PatchStatus
-from vlm_fastpath.patches.registry import PatchRegistry
+from vlm_fastpath.patches.core.base import Patch, PatchContext, PatchStatus
+from vlm_fastpath.patches.core.registry import PatchRegistry
 
 ENGINE = "fakeengine"
 TRIGGER = "fakeengine.models.thing"

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from vlm_fastpath.patches.base import Patch, PatchContext, PatchStatus
-from vlm_fastpath.patches.registry import PatchRegistry, topological_order
+from vlm_fastpath.patches.core.base import Patch, PatchContext, PatchStatus
+from vlm_fastpath.patches.core.decisions import topological_order
+from vlm_fastpath.patches.core.registry import PatchRegistry
 
 ENGINE = "stackengine"
 TRIGGER = "stackengine.model"

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -21,30 +17,13 @@ import pytest
 import torch
 from PIL import Image
 
+from vlm_fastpath.bench.checkpoints import QWEN3_VL_CFG, QWEN25_VL_CFG
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # preprocessor_config.json of the public checkpoints (values as published).
-QWEN25_VL_CONFIG: dict[str, Any] = {
-    "min_pixels": 3136,
-    "max_pixels": 12845056,
-    "patch_size": 14,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "image_mean": [0.48145466, 0.4578275, 0.40821073],
-    "image_std": [0.26862954, 0.26130258, 0.27577711],
-    "image_processor_type": "Qwen2VLImageProcessor",
-    "processor_class": "Qwen2_5_VLProcessor",
-}
-QWEN3_VL_CONFIG: dict[str, Any] = {
-    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
-    "patch_size": 16,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-    "processor_class": "Qwen3VLProcessor",
-    "image_processor_type": "Qwen2VLImageProcessorFast",
-}
+QWEN25_VL_CONFIG: dict[str, Any] = QWEN25_VL_CFG
+QWEN3_VL_CONFIG: dict[str, Any] = QWEN3_VL_CFG
 CONFIGS = {"qwen2.5-vl": QWEN25_VL_CONFIG, "qwen3-vl": QWEN3_VL_CONFIG}
 MODES = ("torchvision", "pil")
 
@@ -122,39 +101,3 @@ def run_both(hf: Any, fast: Any, images: Any, **kwargs: Any) -> tuple[Any, Any]:
     got = fast(images=images, return_tensors="pt", **kwargs)
     assert_same(expected, got)
     return expected, got
-
-
-# -- subprocesses ------------------------------------------------------------------------------
-def subprocess_env(**overrides: str | None) -> dict[str, str]:
-    env = dict(os.environ)
-    for key in ("NUMBA_THREADING_LAYER", "VLM_FASTPATH_NUMBA"):
-        env.pop(key, None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
-    )
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
-
-
-def run_script(
-    tmp_path: Path, code: str, *, timeout: float = 180, **env: str | None
-) -> subprocess.CompletedProcess:
-    """Run ``code`` as a script file in a fresh interpreter; assert exit 0."""
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(code))
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=str(tmp_path),
-        env=subprocess_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, (
-        f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
-    )
-    return proc

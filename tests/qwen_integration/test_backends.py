@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+from fixtures.subprocesses import run_script
 from vlm_fastpath.qwen_integration import FastQwen2VLImageProcessor, patchify_kernel
 from vlm_fastpath.qwen_integration.normalize_lut import build_lut
 
 from .cases import backend_batches, run_backend_cases
-from .helpers import CONFIGS, assert_same, hf_classes, hf_kwargs, rand_array, run_script
+from .helpers import CONFIGS, assert_same, hf_classes, hf_kwargs, rand_array
 
 needs_numba_in_process = pytest.mark.skipif(
     importlib.util.find_spec("numba") is None or os.environ.get("VLM_FASTPATH_NUMBA") == "0",
@@ -200,7 +201,7 @@ def test_pil_mode_resizes_with_the_pillow_exact_kernel(pairs, monkeypatch, verif
     otherwise; the same bytes as transformers' PIL processor either way."""
     from PIL import Image
 
-    from vlm_fastpath.kimi_integration import resample
+    from vlm_fastpath.imaging import resample
 
     hf, fast = pairs[("pil", "qwen2.5-vl")]
     assert "pillow-bicubic-numba" in repr(fast)

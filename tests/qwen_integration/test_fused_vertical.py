@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.support.pillow_blocks import pillow_blocks
+from fixtures.pillow_blocks import pillow_blocks
+from vlm_fastpath.imaging.torch_taps import axis_taps
 from vlm_fastpath.qwen_integration import FastQwen2VLImageProcessor, patchify_kernel
 from vlm_fastpath.qwen_integration.normalize_lut import build_lut
 from vlm_fastpath.qwen_integration.resize import TorchResizer
-from vlm_fastpath.qwen_integration.torch_taps import axis_taps
 
 from .helpers import rand_array, smooth_image
 
@@ -226,7 +226,7 @@ def test_a_pil_image_is_read_once_and_fast(monkeypatch):
 def _horizontal_equals_torch(src: np.ndarray, width: int, workers: int, rgbx: bool) -> None:
     """Our horizontal pass (reading ``src`` as Pillow's RGBX bytes if ``rgbx``; on the resize
     pool's threads when ``workers`` > 1) against torch's width-only resize of the RGB bytes."""
-    from vlm_fastpath.kimi_integration.resize_pool import get_pool
+    from vlm_fastpath.imaging.resize_pool import get_pool
 
     expected = RESIZE(src, src.shape[0], width)
     pixels = _rgbx(src) if rgbx else src
@@ -290,7 +290,7 @@ def _fused_equals_torch(src: np.ndarray, grid_h: int, grid_w: int, geometry: tup
                         dtype: str, workers: int, rgbx: bool) -> None:
     """``resize_patchify_frame`` (reading ``src`` as RGBX if ``rgbx``; bands on the resize
     pool when ``workers`` > 1) against torch's whole resize then the plain patch kernel."""
-    from vlm_fastpath.kimi_integration.resize_pool import get_pool
+    from vlm_fastpath.imaging.resize_pool import get_pool
 
     p, m, t = geometry
     lut = _lut(dtype)

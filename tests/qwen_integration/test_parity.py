@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.support.pillow_blocks import pillow_blocks
+from fixtures.pillow_blocks import pillow_blocks
 from vlm_fastpath.qwen_integration import (
     AspectRatioError,
     FastQwen2VLImageProcessor,

@@ -16,36 +16,12 @@ from typing import Any
 import torch
 from PIL import Image
 
+from .checkpoints import KIMI_K25_MEDIA_CFG, QWEN25_VL_CFG
+
 Tensors = tuple[torch.Tensor, ...]
 RunFn = Callable[[Sequence[Image.Image]], Tensors]
 
 OURS = "vlm-fastpath"
-
-# Kimi K2.5/K2.6 ``media_proc_cfg`` as shipped in the checkpoint's preprocessor_config.json.
-KIMI_K25_MEDIA_CFG: dict[str, Any] = {
-    "patch_size": 14,
-    "merge_kernel_size": 2,
-    "in_patch_limit": 16384,
-    "patch_limit_on_one_side": 512,
-    "fixed_output_tokens": None,
-    "in_patch_limit_each_frame": 4096,
-    "in_patch_limit_video": None,
-    "temporal_merge_kernel_size": 4,
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-}
-
-# Qwen2.5-VL's preprocessor_config.json (the checkpoint's limits, not transformers' defaults).
-QWEN25_VL_CFG: dict[str, Any] = {
-    "min_pixels": 3136,
-    "max_pixels": 12845056,
-    "patch_size": 14,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "image_mean": [0.48145466, 0.4578275, 0.40821073],
-    "image_std": [0.26862954, 0.26130258, 0.27577711],
-    "image_processor_type": "Qwen2VLImageProcessor",
-}
 
 _GRID_KEYS = ("grid_thws", "image_grid_thw", "grid_thw")
 
@@ -171,50 +147,19 @@ def _call_images(processor: Any, images: Sequence[Image.Image]) -> Mapping[str, 
         return processor.preprocess(list(images), return_tensors="pt")
 
 
-def _qwen_processor_class(module: Any) -> type | None:
-    """Our Qwen-VL image processor class, found by name (the module's API may still move)."""
-    names = list(getattr(module, "__all__", None) or dir(module))
-    candidates = [
-        n for n in names
-        if "qwen" in n.lower() and n.endswith("Processor") and isinstance(getattr(module, n), type)
-    ]
-    candidates.sort(key=lambda n: (not n.startswith(("Fused", "Fast")), "Image" not in n, n))
-    return getattr(module, candidates[0]) if candidates else None
-
-
-def _build(cls: type, cfg: dict[str, Any]) -> Any:
-    errors: list[str] = []
-    attempts: list[Callable[[], Any]] = []
-    if hasattr(cls, "from_dict"):
-        attempts.append(lambda: cls.from_dict(dict(cfg)))
-    attempts += [lambda: cls(dict(cfg)), lambda: cls(**cfg)]
-    for attempt in attempts:
-        try:
-            return attempt()
-        except Exception as exc:  # noqa: BLE001 - try the next constructor shape
-            errors.append(_describe(exc))
-    raise TypeError(f"could not build {cls.__name__}: {'; '.join(errors)}")
-
-
 def _qwen_class() -> type | str:
-    module_name = "vlm_fastpath.qwen_integration"
+    """``FastQwen2VLImageProcessor``, or why it cannot be imported here."""
     try:
-        if importlib.util.find_spec(module_name) is None:
-            return "this vlm-fastpath has no Qwen-VL processor"
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001
-        return f"{module_name} failed to import ({_describe(exc)})"
-    cls = _qwen_processor_class(module)
-    return cls if cls is not None else f"{module_name} exports no Qwen-VL processor class"
+        from ..qwen_integration import FastQwen2VLImageProcessor
+    except Exception as exc:  # noqa: BLE001 - the bench reports it and goes on
+        return f"vlm_fastpath.qwen_integration failed to import ({_describe(exc)})"
+    return FastQwen2VLImageProcessor
 
 
 def _qwen_ours(cls: type, hf_processor: Any, hf_class: str) -> Contender | str:
     """Ours, set up like ``hf_processor`` (same limits, same torchvision or PIL arithmetic)."""
     try:
-        if hasattr(cls, "from_hf"):
-            processor = cls.from_hf(hf_processor)
-        else:
-            processor = _build(cls, dict(QWEN25_VL_CFG, image_processor_type=hf_class))
+        processor = cls.from_hf(hf_processor)
     except Exception as exc:  # noqa: BLE001
         return f"{cls.__name__} cannot mirror {hf_class} ({_describe(exc)})"
 
@@ -226,7 +171,8 @@ def _qwen_ours(cls: type, hf_processor: Any, hf_class: str) -> Contender | str:
 
 def _qwen_hf(class_name: str) -> Any:
     cls = getattr(importlib.import_module("transformers"), class_name)
-    return cls(**{k: v for k, v in QWEN25_VL_CFG.items() if k != "image_processor_type"})
+    skip = ("image_processor_type", "processor_class")
+    return cls(**{k: v for k, v in QWEN25_VL_CFG.items() if k not in skip})
 
 
 # transformers 5: the torchvision processor is what engines get from AutoImageProcessor; the

@@ -29,8 +29,8 @@ def environment() -> dict[str, Any]:
     import torch
 
     import vlm_fastpath
+    from vlm_fastpath.imaging.resize_pool import available_cpus
     from vlm_fastpath.kimi_integration.patchify_kernel import backend_info
-    from vlm_fastpath.kimi_integration.resize_pool import available_cpus
 
     info: dict[str, Any] = {
         "vlm_fastpath": _package_version(),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from vlm_fastpath._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
+from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 
 STAGE_PATCHES = 8  # patches made in a cache-resident stage before they are streamed out
 

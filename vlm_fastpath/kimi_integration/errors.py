@@ -1,25 +1,28 @@
 """Exceptions raised for bad input, so callers can tell a user error from a bug.
 
-All derive from ``ValueError`` because engines already map ``ValueError`` raised while
-processing a request to a 400-style "bad request" answer instead of crashing a worker.
+All derive from :mod:`vlm_fastpath.imaging.errors` (so from ``ValueError``, which engines
+map to a 400-style "bad request" answer instead of crashing a worker): the shared kernels raise
+these classes when Kimi's processor calls them.
 """
 
 from __future__ import annotations
 
+from ..imaging.errors import ImagingConfigError, ImagingError, ImagingInputError, PixelLimitError
 
-class KimiProcessorError(ValueError):
+
+class KimiProcessorError(ImagingError):
     """Base class for every error the Kimi processor raises on purpose."""
 
 
-class KimiConfigError(KimiProcessorError):
+class KimiConfigError(KimiProcessorError, ImagingConfigError):
     """The ``media_proc_cfg`` is missing a key or holds a value of the wrong kind."""
 
 
-class KimiInputError(KimiProcessorError):
+class KimiInputError(KimiProcessorError, ImagingInputError):
     """A media item cannot be turned into pixels (wrong type, empty, wrong dtype...)."""
 
 
-class ImageTooLargeError(KimiInputError):
+class ImageTooLargeError(KimiInputError, PixelLimitError):
     """The image exceeds Pillow's decompression-bomb limit (``2 * Image.MAX_IMAGE_PIXELS``).
 
     Pillow's own ``DecompressionBombError`` is not an ``OSError``; code that only catches

@@ -16,26 +16,18 @@ import numpy as np
 from PIL import Image
 
 from .._tensors import host_numpy
+from ..imaging.image_input import check_pixel_count as _check_pixel_count
+from ..imaging.image_input import is_tensor as _is_tensor
+from ..imaging.image_input import unwrap as _unwrap
+from ..imaging.resample import InputRules
 from .errors import ImageTooLargeError, KimiInputError
 
 _ARRAY_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 
 
-def _bomb_limit() -> int | None:
-    limit = Image.MAX_IMAGE_PIXELS
-    return None if limit is None else 2 * int(limit)
-
-
 def check_pixel_count(width: int, height: int) -> None:
-    """Apply Pillow's decompression-bomb rule to any input, decoded or not."""
-    if width <= 0 or height <= 0:
-        raise KimiInputError(f"image has zero size ({width}x{height})")
-    limit = _bomb_limit()
-    if limit is not None and width * height > limit:
-        raise ImageTooLargeError(
-            f"image of {width}x{height} = {width * height} pixels exceeds Pillow's "
-            f"decompression-bomb limit of {limit} pixels (2 * PIL.Image.MAX_IMAGE_PIXELS)"
-        )
+    """Pillow's zero-size and decompression-bomb rule, with Kimi's error classes."""
+    _check_pixel_count(width, height, input_error=KimiInputError, limit_error=ImageTooLargeError)
 
 
 def open_encoded(data: bytes | bytearray | memoryview | str | os.PathLike[str]) -> Image.Image:
@@ -103,20 +95,9 @@ def image_size(obj: Any) -> tuple[int, int]:
     raise KimiInputError(_type_message(obj))
 
 
-def _is_tensor(obj: Any) -> bool:
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "detach")
-
-
 def tensor_to_numpy(obj: Any) -> np.ndarray:
     """A host numpy view of a tensor's pixels, refusing tensors that hold no data."""
     return host_numpy(obj, KimiInputError)
-
-
-def _unwrap(obj: Any) -> Any:
-    # vLLM wraps decoded media as MediaWithBytes(media=..., original_bytes=...).
-    if hasattr(obj, "media") and hasattr(obj, "original_bytes"):
-        return obj.media
-    return obj
 
 
 def _type_message(obj: Any) -> str:
@@ -152,3 +133,8 @@ def to_rgb_image(obj: Any) -> Image.Image:
         raise ImageTooLargeError(str(exc)) from exc
     except (OSError, ValueError) as exc:
         raise KimiInputError(f"cannot convert image of mode {image.mode!r} to RGB: {exc}") from exc
+
+
+KIMI_INPUT = InputRules(to_rgb=to_rgb_image, check_size=check_pixel_count,
+                        input_error=KimiInputError)
+"""Kimi's rules for the shared resampler: its conversion, its pixel limit, its errors."""

@@ -27,8 +27,3 @@ def build_normalize_lut(mean: Sequence[float], std: Sequence[float]) -> np.ndarr
         x = (x.astype(np.float64) * inv_std64[channel]).astype(np.float32)
         planes[channel] = x
     return planes
-
-
-def identity_lut() -> np.ndarray:
-    """uint8 table that passes bytes through: the kernel then emits uint8 patches."""
-    return np.ascontiguousarray(np.tile(np.arange(256, dtype=np.uint8), (3, 1)))

@@ -5,29 +5,21 @@ integer div/mods each and scatters writes over the three channel planes; on 2 co
 than plain numpy. Here the loop is patch-major: each (parallel) iteration fills one output patch
 ``[3, p, p]`` contiguously, reading a p x p window of the frame that stays in cache.
 
-Thread/fork safety: numba's ``workqueue`` layer (the one vLLM forces) aborts on concurrent entry
-from two threads, and GNU OpenMP aborts in forked children of a process that used it. So every
-launch holds one process-wide lock (re-created in forked children), the ``workqueue`` layer is
-selected unless the user chose a layer, and a forked child of a process that launched a
-fork-unsafe layer runs a serial build of the same kernel.
+Launches follow the one rule of :mod:`vlm_fastpath.imaging.numba_launch` (one process-wide
+lock, the ``workqueue`` layer unless the user chose, serial in a forked child of a process that
+launched a fork-unsafe layer).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..numba_kernels import LazyKernels
-from .resize_pool import pool_size
-from .threading_layer import ensure_loadable_threading_layer
+from ..imaging.numba_launch import kernels, launch
 
 logger = logging.getLogger(__name__)
-
-_FORK_UNSAFE_LAYERS = frozenset({"omp"})
 
 
 def patchify_numpy(
@@ -44,10 +36,7 @@ def patchify_numpy(
     out.reshape(grid_h, grid_w, 3, p, p)[...] = patches
 
 
-_KERNELS = LazyKernels("vlm_fastpath.kimi_integration._numba_patchify", "patchify path")
-
-
-os.register_at_fork(after_in_child=_KERNELS.reset_after_fork)
+_KERNELS = kernels("vlm_fastpath.kimi_integration._numba_patchify", "patchify path")
 
 
 def numba_available() -> bool:
@@ -58,41 +47,6 @@ def numba_available() -> bool:
 def backend_info() -> dict[str, Any]:
     """What the kernel runs on, for ``doctor`` and the benchmark."""
     return _KERNELS.info()
-
-
-def _choose_layer() -> None:
-    import numba
-
-    if "NUMBA_THREADING_LAYER" in os.environ:
-        return  # the user (or the engine) chose; respect it
-    if numba.config.THREADING_LAYER in ("default", "safe", "forksafe", "threadsafe"):
-        numba.config.THREADING_LAYER = "workqueue"
-
-
-def parallel_threads() -> int:
-    """numba threads for the next parallel launch (call under the launch lock, on the
-    launching thread): ``VLM_FASTPATH_RESIZE_THREADS`` / the usable cores, as for the resize
-    pools, so one variable bounds every thread we run; 1 means run the serial kernel. Above 1
-    it picks the threading layer first (numba starts its threads when the count is set) and
-    sets numba's count for this thread."""
-    import numba
-
-    threads = min(pool_size(), numba.config.NUMBA_NUM_THREADS)
-    if threads > 1:
-        _choose_layer()
-        ensure_loadable_threading_layer()
-        numba.set_num_threads(threads)
-    return threads
-
-
-def _pick_kernel() -> Callable[..., None]:
-    assert _KERNELS.parallel is not None and _KERNELS.serial is not None
-    if _KERNELS.launch_pid is not None and (
-            _KERNELS.launch_pid != os.getpid() and _KERNELS.launch_layer in _FORK_UNSAFE_LAYERS):
-        return _KERNELS.serial  # a forked child of a process that launched a fork-unsafe layer
-    if parallel_threads() <= 1:
-        return _KERNELS.serial
-    return _KERNELS.parallel
 
 
 def patchify_frame(
@@ -121,11 +75,4 @@ def patchify_frame(
         assert _KERNELS.serial is not None
         _KERNELS.serial(frame, lut, out, grid_w, p)
         return
-    with _KERNELS.lock:
-        kernel = _pick_kernel()
-        kernel(frame, lut, out, grid_w, p)
-        if kernel is _KERNELS.parallel and _KERNELS.launch_pid is None:
-            import numba
-
-            _KERNELS.launch_pid = os.getpid()
-            _KERNELS.launch_layer = numba.threading_layer()
+    launch(_KERNELS, _KERNELS.parallel, _KERNELS.serial, (frame, lut, out, grid_w, p))

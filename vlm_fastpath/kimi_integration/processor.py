@@ -10,7 +10,6 @@ lookup table built from the checkpoint's exact float ops, and patchifies.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, as_completed
@@ -20,30 +19,21 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..imaging.batch_feature import batch_feature_cls
+from ..imaging.lut import identity_lut
+from ..imaging.output_pool import empty_output
+from ..imaging.resample import kernel_enabled, resize_patchify, warm_up
+from ..imaging.resize_pool import get_pool, pool_size, wait_all
 from .config import KimiMediaConfig
 from .errors import KimiInputError, KimiProcessorError
-from .image_input import image_size, to_rgb_image
+from .image_input import KIMI_INPUT, image_size, to_rgb_image
 from .navit_resize import ResizePlan, plan_image, plan_video_chunk
-from .normalize_lut import build_normalize_lut, identity_lut
-from .output_pool import empty_output
+from .normalize_lut import build_normalize_lut
 from .patchify_kernel import patchify_frame
-from .resample import kernel_enabled, resize_patchify, warm_up
-from .resize_pool import get_pool, pool_size
-
-
-@functools.cache
-def _batch_feature_cls() -> Any:
-    """transformers' ``BatchFeature`` (what engines expect) or None; looked up once, since a
-    failed import is not cached by Python and would search the path on every call."""
-    try:
-        from transformers import BatchFeature
-    except ImportError:
-        return None
-    return BatchFeature
 
 
 def _batch(data: dict[str, Any], return_tensors: Any) -> Mapping[str, Any]:
-    cls = _batch_feature_cls()
+    cls = batch_feature_cls()
     return data if cls is None else cls(data=data, tensor_type=return_tensors)
 
 
@@ -191,7 +181,7 @@ class FusedKimiProcessor:
                 jobs.append((frame, plan, out[offset : offset + plan.patches_per_frame]))
                 offset += plan.patches_per_frame
         if kernel_enabled() and not _single_unresized(jobs):
-            resize_patchify(jobs, lut)
+            resize_patchify(jobs, lut, KIMI_INPUT)
             return
         if len(jobs) == 1:
             frame, plan, dest = jobs[0]
@@ -202,7 +192,7 @@ class FusedKimiProcessor:
             # Enough frames to fill every core: each worker resizes and patchifies its own
             # frames with the serial, GIL-free kernel into disjoint slices of ``out``.
             futures = [pool.submit(_resize_and_patchify, *job, lut) for job in jobs]
-            _wait_all(futures)
+            wait_all(futures)
             return
         # Fewer frames than cores: resize concurrently, patchify each with all cores.
         pending: dict[Future[np.ndarray], tuple[ResizePlan, np.ndarray]] = {
@@ -236,12 +226,3 @@ def _patchify(
 def _resize_and_patchify(frame: Any, plan: ResizePlan, dest: np.ndarray, lut: np.ndarray) -> None:
     resized = _resize_frame(frame, plan.new_width, plan.new_height)
     _patchify(resized, plan, dest, lut, parallel=False)
-
-
-def _wait_all(futures: list[Future[None]]) -> None:
-    try:
-        for future in futures:
-            future.result()
-    finally:
-        for future in futures:
-            future.cancel()

@@ -11,14 +11,14 @@ from numba import njit, prange
 
 # The horizontal pass of torch's resize, with torch's taps: the resampler's column-major pass
 # (one home for it), looked up here by ``patchify_kernel`` like this module's own kernels.
-from vlm_fastpath._numba_int32 import mad32, shift_to_byte
-from vlm_fastpath._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
-from vlm_fastpath.kimi_integration._numba_resample import (
+from vlm_fastpath.imaging._numba_int32 import mad32, shift_to_byte
+from vlm_fastpath.imaging._numba_resample import (
     BLOCK_ROWS,
-    _vertical,
     horizontal_planes,  # noqa: F401
     resample_planes,
+    vertical_row,
 )
+from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 
 _ONE = np.uint64(1)
 _THREE = np.uint64(3)
@@ -184,7 +184,7 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
     (``xmin``/``xw``: its taps as equal-length windows, ``xprecision``) on column-major
     blocks into a ring of channel planes, each source row once per band; then its vertical
     pass (``starts``/``sizes``/``weights``, ``precision``) per output row and plane (the
-    resampler's ``_vertical``), and the patches.
+    resampler's ``vertical_row``), and the patches.
     Neither the width-resized nor the resized frame is ever stored."""
     flat = out.reshape(out.size)
     width = src.shape[1] // cs
@@ -215,6 +215,6 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
                                 ring, slots, spare)
                 done += count
             for c in range(3):
-                _vertical(ring[c], starts[y], sizes[y], weights[y], slots, acc, buf[c, r],
+                vertical_row(ring[c], starts[y], sizes[y], weights[y], slots, acc, buf[c, r],
                           precision)
         _write_patch_row(buf, True, 3, lut, stage, flat, gy, 0, grid_w, p, m, t)

@@ -19,6 +19,9 @@ import numpy as np
 from PIL import Image
 
 from .._tensors import host_numpy
+from ..imaging.image_input import check_pixel_count as _check_pixel_count
+from ..imaging.image_input import is_tensor as _is_tensor
+from ..imaging.image_input import unwrap as _unwrap
 from .errors import QwenImageTooLargeError, QwenInputError
 from .rgb_rules import DROP, RulesSource, convert, has_transparency
 
@@ -26,32 +29,10 @@ CHANNELS_FIRST = "channels_first"
 CHANNELS_LAST = "channels_last"
 
 
-def _bomb_limit() -> int | None:
-    limit = Image.MAX_IMAGE_PIXELS
-    return None if limit is None else 2 * int(limit)
-
-
 def check_pixel_count(width: int, height: int) -> None:
-    """Zero-size and decompression-bomb checks for any input, decoded or not."""
-    if width <= 0 or height <= 0:
-        raise QwenInputError(f"image has zero size ({width}x{height})")
-    limit = _bomb_limit()
-    if limit is not None and width * height > limit:
-        raise QwenImageTooLargeError(
-            f"image of {width}x{height} = {width * height} pixels exceeds Pillow's "
-            f"decompression-bomb limit of {limit} pixels (2 * PIL.Image.MAX_IMAGE_PIXELS)"
-        )
-
-
-def _unwrap(obj: Any) -> Any:
-    # vLLM wraps decoded media as MediaWithBytes(media=..., original_bytes=...).
-    if hasattr(obj, "media") and hasattr(obj, "original_bytes"):
-        return obj.media
-    return obj
-
-
-def _is_tensor(obj: Any) -> bool:
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "detach")
+    """Pillow's zero-size and decompression-bomb rule, with Qwen's error classes."""
+    _check_pixel_count(width, height, input_error=QwenInputError,
+                       limit_error=QwenImageTooLargeError)
 
 
 def is_image_like(obj: Any) -> bool:

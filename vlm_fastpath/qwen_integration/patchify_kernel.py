@@ -14,32 +14,26 @@ torch's own horizontal pass before our vertical one: float32 72 -> 57 ms, uint8 
 image on 2 cores; torch's horizontal pass itself, 2048² -> 2044² on 2 cores in one run: 23.1 ms,
 ours 6.0; both passes fused against ours one after the other: see ``resize_patchify_frame``.
 
-Concurrency and fork safety follow the Kimi kernel (``kimi_integration.patchify_kernel``) and
-share its process-wide launch lock: numba's ``workqueue`` layer aborts when two threads enter
-*any* parallel kernel at once, so the Qwen and Kimi kernels must not launch concurrently either.
-A forked child of a process that launched a fork-unsafe layer (GNU OpenMP) runs the serial
-build instead.
+Concurrency and fork safety follow the one launch rule of every model's kernels
+(:mod:`vlm_fastpath.imaging.numba_launch`): numba's ``workqueue`` layer aborts when two threads
+enter *any* parallel kernel at once, so the Qwen and Kimi kernels share one launch lock, and a
+forked child of a process that launched a fork-unsafe layer (GNU OpenMP) runs the serial build.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
 
-from vlm_fastpath.kimi_integration import patchify_kernel as _kimi_kernel
-from vlm_fastpath.kimi_integration.output_pool import empty_output
-
-from ..numba_kernels import LazyKernels
-from .torch_taps import AxisTaps, padded_taps
+from ..imaging.numba_launch import kernels, launch
+from ..imaging.output_pool import empty_output
+from ..imaging.torch_taps import AxisTaps, padded_taps
 
 logger = logging.getLogger(__name__)
-
-_FORK_UNSAFE_LAYERS = frozenset({"omp"})
 
 
 def patchify_numpy(
@@ -56,7 +50,7 @@ def patchify_numpy(
     view[...] = blocks[:, :, :, :, :, None, :, :]
 
 
-_KERNELS = LazyKernels("vlm_fastpath.qwen_integration._numba_patchify", "Qwen patchify")
+_KERNELS = kernels("vlm_fastpath.qwen_integration._numba_patchify", "Qwen patchify")
 
 
 def numba_available() -> bool:
@@ -67,20 +61,6 @@ def numba_available() -> bool:
 def backend_info() -> dict[str, Any]:
     """What the kernel runs on, for ``doctor`` and the benchmark."""
     return _KERNELS.info()
-
-
-def _launched_unsafe_in_parent() -> bool:
-    """True in a forked child whose parent (this module or the Kimi kernel) launched a
-    fork-unsafe threading layer: a parallel launch here would abort."""
-    pid = os.getpid()
-    records = (
-        (_KERNELS.launch_pid, _KERNELS.launch_layer),
-        (_kimi_kernel._KERNELS.launch_pid, _kimi_kernel._KERNELS.launch_layer),
-    )
-    return any(
-        launch_pid is not None and launch_pid != pid and layer in _FORK_UNSAFE_LAYERS
-        for launch_pid, layer in records
-    )
 
 
 def kernel_source(frame: np.ndarray) -> tuple[np.ndarray, bool, int]:
@@ -146,19 +126,8 @@ def patchify_frame(
 
 
 def _launch(parallel: Any, serial: Any, args: tuple[Any, ...]) -> None:
-    """A parallel kernel under the process-wide numba launch lock (shared with Kimi), on as
-    many threads as the resize pools (``parallel_threads``); the serial one where that is 1,
-    and in a forked child where a parallel launch would abort."""
-    with _kimi_kernel._KERNELS.lock:
-        if _launched_unsafe_in_parent() or _kimi_kernel.parallel_threads() <= 1:
-            serial(*args)
-            return
-        parallel(*args)
-        if _KERNELS.launch_pid is None:
-            import numba
-
-            _KERNELS.launch_pid = os.getpid()
-            _KERNELS.launch_layer = numba.threading_layer()
+    """A parallel kernel under the one launch rule (:func:`..imaging.numba_launch.launch`)."""
+    launch(_KERNELS, parallel, serial, args)
 
 
 def vertical_kernels_available() -> bool:

@@ -13,7 +13,6 @@ Images only: videos go through transformers' separate video processor in both en
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping
 from concurrent.futures import Executor, Future, as_completed
@@ -24,12 +23,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vlm_fastpath.kimi_integration.output_pool import empty_output
-from vlm_fastpath.kimi_integration.pillow_pixels import rgbx_copy, rgbx_view
-from vlm_fastpath.kimi_integration.resize_pool import get_pool, pool_size
-
+from ..imaging.batch_feature import batch_feature_cls
+from ..imaging.output_pool import empty_output
+from ..imaging.pillow_pixels import rgbx_copy, rgbx_view
+from ..imaging.resize_pool import get_pool, pool_size, wait_all
+from ..imaging.torch_taps import AxisTaps, axis_taps
 from .config import PIL, TORCHVISION, QwenImageConfig
 from .errors import QwenConfigError, QwenInputError
+from .hf_config import config_from_hf
 from .image_input import flatten_images, image_size, to_rgb
 from .normalize_lut import build_lut
 from .patchify_kernel import (
@@ -42,23 +43,12 @@ from .patchify_kernel import (
 from .resize import KernelPillowResizer, Resizer, TorchResizer
 from .rgb_rules import HONOURED, IGNORED, RgbRules, installed, probe
 from .smart_resize import smart_resize
-from .torch_taps import AxisTaps, axis_taps
 
 # Per-call keys that change nothing in our output (or are transformers plumbing).
 _IGNORED_KWARGS = frozenset(
     {"data_format", "disable_grouping", "default_to_square", "image_seq_length", "do_pad",
      "pad_size", "do_center_crop", "crop_size", "input_data_format_is_set"}
 )
-
-
-@functools.cache
-def _batch_feature_cls() -> Any:
-    """transformers' ``BatchFeature`` (what engines expect) or None when not installed."""
-    try:
-        from transformers import BatchFeature
-    except ImportError:
-        return None
-    return BatchFeature
 
 
 @dataclass(frozen=True)
@@ -125,8 +115,6 @@ class FastQwen2VLImageProcessor:
         """Mirror a transformers Qwen2-VL image processor's settings (and its arithmetic:
         torchvision or PIL). Raises ``QwenConfigError`` for settings not reproduced exactly;
         run ``check_compatible`` to prove the result equal before swapping it in."""
-        from .compat import config_from_hf
-
         config = config_from_hf(hf_processor)
         return cls(config, rgb_rules=probe(hf_processor, config))
 
@@ -335,7 +323,7 @@ class FastQwen2VLImageProcessor:
             # Enough images to fill every core: each worker resizes and patchifies its own
             # images with the serial GIL-free kernel into disjoint slices of ``out``.
             futures = [pool.submit(self._resize_and_patchify, *job, lut, config) for job in jobs]
-            _wait_all(futures)
+            wait_all(futures)
             return
         pending: dict[Future[_Staged], tuple[_Plan, np.ndarray]] = {
             pool.submit(self._stage, image, plan): (plan, dest) for image, plan, dest in jobs
@@ -460,15 +448,6 @@ def _patchify(
                                 plan.grid_w, p, m, t, parallel=parallel)
 
 
-def _wait_all(futures: list[Future[None]]) -> None:
-    try:
-        for future in futures:
-            future.result()
-    finally:
-        for future in futures:
-            future.cancel()
-
-
 def _check_return_tensors(return_tensors: Any) -> None:
     kind = getattr(return_tensors, "value", return_tensors)
     if kind not in (None, "pt", "np", "numpy"):
@@ -489,5 +468,5 @@ def _batch(
         }
     else:
         data = {"pixel_values": pixel_values, "image_grid_thw": grid}
-    cls = _batch_feature_cls()
+    cls = batch_feature_cls()
     return data if cls is None else cls(data=data, tensor_type=None)

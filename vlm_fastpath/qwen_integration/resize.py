@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from vlm_fastpath.kimi_integration.pillow_pixels import rgbx_copy
-
+from ..imaging.pillow_pixels import rgbx_copy
+from ..imaging.resample import InputRules
 from .errors import QwenInputError
 
 # Arrays from PIL images are read-only; torch only reads them, so its warning is noise here.
@@ -94,6 +94,9 @@ class PillowResizer:
         return np.asarray(resized)
 
 
+_QWEN_INPUT = InputRules(check_size=None, input_error=QwenInputError)
+
+
 class KernelPillowResizer(PillowResizer):
     """The same bytes as :class:`PillowResizer`, from the Pillow-exact numba resampler with
     row bands on every core; Pillow itself where that resampler is not enabled (unverified
@@ -102,15 +105,11 @@ class KernelPillowResizer(PillowResizer):
     name = "pillow-bicubic-numba"
 
     def __call__(self, image: Image.Image | np.ndarray, height: int, width: int) -> np.ndarray:
-        from vlm_fastpath.kimi_integration import resample
-        from vlm_fastpath.kimi_integration.errors import ImageTooLargeError, KimiInputError
+        from ..imaging import resample
 
         size = image.size if isinstance(image, Image.Image) else (image.shape[1], image.shape[0])
         if size == (width, height) or not resample.kernel_enabled():
             return super().__call__(image, height, width)
-        try:
-            return resample.resize_rgb(image, width, height)
-        except ImageTooLargeError:  # Kimi's pixel limit; Qwen's processors apply none to arrays
-            return super().__call__(image, height, width)
-        except KimiInputError as exc:  # a corrupt image surfaces when its pixels are read
-            raise QwenInputError(str(exc)) from exc
+        # Qwen's processors apply no pixel limit to arrays; a corrupt image surfaces when its
+        # pixels are read, as a QwenInputError.
+        return resample.resize_rgb(image, width, height, rules=_QWEN_INPUT)

@@ -29,6 +29,7 @@ from PIL import Image
 
 from .config import QwenImageConfig
 from .errors import QwenProcessorError, UnsupportedTransparencyError
+from .hf_config import config_from_hf, mode_of
 from .smart_resize import smart_resize
 
 DROP = "drop"  # Pillow's convert("RGB"): alpha and ``transparency`` ignored (transformers <5.21)
@@ -138,8 +139,6 @@ def probe(hf_processor: Any, config: QwenImageConfig | None = None) -> RgbRules:
     """Run ``hf_processor`` (whose settings are ``config``, read off it when None) on the
     probes and name what it did (a few small calls)."""
     if config is None:
-        from .compat import config_from_hf
-
         config = config_from_hf(hf_processor)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Pillow warns on palette transparency
@@ -206,8 +205,6 @@ _INSTALLED_LOCK = threading.Lock()
 
 @functools.cache
 def _installed(mode: str) -> RgbRules:
-    from .compat import mode_of
-
     try:
         import transformers
     except ImportError:

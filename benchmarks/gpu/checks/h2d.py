@@ -179,7 +179,7 @@ def run(ctx: StepContext, result: StepResult) -> None:
 
 def run_dry(ctx: StepContext, result: StepResult, shapes, batched) -> None:
     """The same harness on the CPU: copies counted by the test suite's transfer recorder."""
-    from tests.support.transfers import TransferRecorder
+    from fixtures.transfers import TransferRecorder
 
     device = torch.device("meta")  # the recorder's stand-in accelerator (values on the CPU)
     rows = []

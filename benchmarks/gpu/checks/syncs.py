@@ -92,27 +92,10 @@ def fa3_kernel(stand_in: bool, recorder=None, quiet: bool = False) -> Iterator[N
     if not stand_in:
         yield
         return
-    import sglang.srt.layers.attention.vision as vision
+    from fixtures.sglang_cpu import fa3_stub
 
-    from tests.support.transfers import reference_varlen_attention
-
-    kernel = reference_varlen_attention(recorder)
-    if quiet:
-        kernel = _quiet(kernel)
-    names = ("_is_cuda", "flash_attn_varlen_func", "flash_attn_func")
-    missing = object()
-    saved = {name: vision.__dict__.get(name, missing) for name in names}
-    vision._is_cuda = True
-    vision.flash_attn_varlen_func = kernel
-    vision.flash_attn_func = kernel
-    try:
+    with fa3_stub(recorder, _quiet if quiet else None):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is missing:
-                vision.__dict__.pop(name, None)
-            else:
-                setattr(vision, name, value)
 
 
 def build(ctx: StepContext, backend: str):
@@ -121,7 +104,7 @@ def build(ctx: StepContext, backend: str):
     from sglang.srt import server_args as sa
     from sglang.srt.configs.kimi_k25 import KimiK25VisionConfig
 
-    from tests.support import sglang_cpu
+    from fixtures import sglang_cpu
 
     if not ctx.cuda or ctx.quick:
         cfg = sglang_cpu.tiny_moonvit_config(27)
@@ -178,7 +161,7 @@ def _grids(ctx: StepContext) -> list[tuple[int, int, int]]:
 
 def run(ctx: StepContext, result: StepResult) -> None:
     sglang = import_sglang(ctx, result)
-    from tests.support import sglang_cpu
+    from fixtures import sglang_cpu
     from vlm_fastpath.patches import REGISTRY
 
     version = sglang.__version__
@@ -223,7 +206,7 @@ def run(ctx: StepContext, result: StepResult) -> None:
                     torch.cuda.synchronize()
                     out, where = count_cuda_syncs(lambda batch=batch: forward(batch=batch))
                 else:
-                    from tests.support.transfers import TransferRecorder
+                    from fixtures.transfers import TransferRecorder
 
                     recorder = TransferRecorder()
                     out = forward(recorder)

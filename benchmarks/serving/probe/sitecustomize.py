@@ -54,14 +54,14 @@ TARGETS = {
 # Callers recognised on the stack: (module, function) -> the ``via`` value.
 CALLERS = {
     ("vlm_fastpath.qwen_integration.compat", "check_compatible"): "check",
-    ("vlm_fastpath.patches.kimi_probe", "compare_pair"): "check",
-    ("vlm_fastpath.patches.vllm.qwen_vl_processor.adapter", "preprocess"): "twin",
+    ("vlm_fastpath.patches.adapters.kimi_probe", "compare_pair"): "check",
+    ("vlm_fastpath.patches.adapters.qwen_twin", "preprocess"): "twin",
 }
 _busy = threading.local()
 
 
 def _applied_patches() -> str:
-    registry = sys.modules.get("vlm_fastpath.patches.registry")
+    registry = sys.modules.get("vlm_fastpath.patches.core.registry")
     if registry is None:
         return "-"
     try:  # the stored decisions only: status() would look up package metadata on every call

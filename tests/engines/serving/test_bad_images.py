@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.serving import run as e2e
-from tests.support import bad_images
+from fixtures import bad_images
 
 from .test_smoke import _chat, _in_serving_env
 

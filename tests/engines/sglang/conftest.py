@@ -164,7 +164,7 @@ def patched(engine):
 
 @pytest.fixture(scope="session")
 def kimi_model(engine):
-    from tests.support import sglang_cpu as _testing
+    from fixtures import sglang_cpu as _testing
 
     REGISTRY.revert(engine="sglang")
     try:

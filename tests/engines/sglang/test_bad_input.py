@@ -12,7 +12,7 @@ import io
 import pytest
 from PIL import Image
 
-from tests.support import bad_images
+from fixtures import bad_images
 from vlm_fastpath.kimi_integration.errors import KimiInputError
 from vlm_fastpath.patches import REGISTRY
 

@@ -14,9 +14,10 @@ import pickle
 import pytest
 import torch
 
-from tests.kimi_integration.reference_kimi import ref_preprocess
-from tests.support import ipc_sim as _ipc_sim
-from vlm_fastpath.patches import REGISTRY, containment
+from fixtures import ipc_sim as _ipc_sim
+from fixtures.reference_kimi import ref_preprocess
+from vlm_fastpath.patches import REGISTRY
+from vlm_fastpath.patches.core import containment
 
 from . import test_deferred_kimi_k25 as deferred_k25
 from .test_grid_counts import bundled_items, describe
@@ -98,7 +99,7 @@ def test_grid_counts_fault(engine, monkeypatch):
 def test_max_seqlen_fault(engine, kimi_model, monkeypatch, target, patch):
     import importlib
 
-    from tests.support import sglang_cpu as _testing
+    from fixtures import sglang_cpu as _testing
 
     module_name, attr = target.split(".")
     ours = importlib.import_module(f"vlm_fastpath.patches.sglang.vision_max_seqlen.{module_name}")
@@ -221,7 +222,7 @@ def test_deferred_owner_fault_uses_the_reference_backend(engine, small_model, mo
 
 @pytest.fixture(scope="module")
 def small_model(engine):
-    from tests.support import sglang_cpu as _testing
+    from fixtures import sglang_cpu as _testing
 
     REGISTRY.revert(engine="sglang")
     try:

@@ -100,7 +100,7 @@ def _items(out):
 
 
 def _tower_input(model, items):
-    from tests.support import sglang_cpu as _testing
+    from fixtures import sglang_cpu as _testing
 
     seen = []
     handle = model.vision_tower.register_forward_pre_hook(
@@ -127,7 +127,7 @@ def deferred(engine, monkeypatch):
 
 @pytest.fixture(scope="module")
 def small_model(engine):
-    from tests.support import sglang_cpu as _testing
+    from fixtures import sglang_cpu as _testing
 
     REGISTRY.revert(engine="sglang")
     try:

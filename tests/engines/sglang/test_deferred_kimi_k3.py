@@ -158,7 +158,7 @@ class _Tower(torch.nn.Module):
 def _model():
     import sglang.srt.models.kimi_k3 as kimi
 
-    from tests.support import sglang_cpu as _testing
+    from fixtures import sglang_cpu as _testing
 
     _testing.setup_sglang_cpu()
     model = kimi.KimiK3ForConditionalGeneration.__new__(kimi.KimiK3ForConditionalGeneration)

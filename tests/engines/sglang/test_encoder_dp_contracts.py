@@ -193,7 +193,7 @@ def _kimi_model():
 def _item(feature, grid=None, **fields):
     from sglang.srt.managers.schedule_batch import Modality, MultimodalDataItem
 
-    from tests.support.sglang_cpu import make_item
+    from fixtures.sglang_cpu import make_item
 
     data = {} if grid is None else {"image_grid_thw": torch.tensor(grid)}
     data.update(fields.pop("model_specific_data", {}))

@@ -1,6 +1,6 @@
 """Lazy CUDA-IPC features across chunk boundaries (ci/sglang/HAZARD-cache-hit-then-miss.md).
 
-The scenarios of ``tests/support/ipc_sim.py`` run on the release's own code: its
+The scenarios of ``fixtures/ipc_sim.py`` run on the release's own code: its
 ``from_processor_output``, embedding cache, ``_get_chunked_embedding_by_item`` (the per-request
 path; HIP/NPU on 0.5.16+) or ``_get_chunked_prefill_embedding`` (the dispatcher; on 0.5.16+ its
 CUDA path batches misses through ``_batch_encode_per_image_misses``) or
@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support import ipc_sim as _ipc_sim
+from fixtures import ipc_sim as _ipc_sim
 from vlm_fastpath.patches import REGISTRY
 
 NEEDS_IT = ("0.5.12.post1", "0.5.15.post1")

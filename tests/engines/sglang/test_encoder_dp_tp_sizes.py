@@ -1,8 +1,8 @@
 """Kimi K2.5 under encoder DP at attention-TP sizes 1, 2 and 8: the real MoonViT on the CPU.
 
 The release's ``run_dp_sharded_mrope_vision_model`` and ``KimiK25ForConditionalGeneration``
-with the tiny MoonViT of ``tests/support/sglang_cpu.py`` (FA3 forced, reference kernel); TP
-ranks are threads of ``tests/support/ipc_sim.Cluster`` (real all-gather across them). Every
+with the tiny MoonViT of ``fixtures/sglang_cpu.py`` (FA3 forced, reference kernel); TP
+ranks are threads of ``fixtures/ipc_sim.Cluster`` (real all-gather across them). Every
 rank's embeddings must be ``torch.equal`` to the non-DP path's.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support import ipc_sim as _ipc_sim
-from tests.support import sglang_cpu as _testing
+from fixtures import ipc_sim as _ipc_sim
+from fixtures import sglang_cpu as _testing
 from vlm_fastpath.patches import REGISTRY
 
 NEEDS_IT = ("0.5.12.post1", "0.5.15.post1")

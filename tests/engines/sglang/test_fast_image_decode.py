@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from tests.support import bad_images, decode_corpus
+from fixtures import bad_images, decode_corpus
 from vlm_fastpath.imaging import decode
 from vlm_fastpath.imaging.decode import layer
 from vlm_fastpath.patches import REGISTRY

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tests.support import sglang_cpu as _testing
+from fixtures import sglang_cpu as _testing
 from vlm_fastpath.patches import REGISTRY
 
 

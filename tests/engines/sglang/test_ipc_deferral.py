@@ -2,7 +2,7 @@
 
 The simulation (TP ranks as threads, a recording double of the release's
 ``CudaIpcTensorTransportProxy``, the request runner) lives in
-``tests/support/ipc_sim.py`` (shared with ``benchmarks/sglang_counts.py``): every
+``fixtures/ipc_sim.py`` (shared with ``benchmarks/sglang_counts.py``): every
 rank deserializes its own copies of a request's items, which go through the release's
 ``MultimodalInputs.from_processor_output``, its ``_get_chunked_embedding_by_item`` with one
 embedding cache per rank, the real ``KimiK25ForConditionalGeneration.get_image_feature`` and
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support import ipc_sim as _ipc_sim
+from fixtures import ipc_sim as _ipc_sim
 from vlm_fastpath.patches import REGISTRY
 
 from .conftest import EXPECTED

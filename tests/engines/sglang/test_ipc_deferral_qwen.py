@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support import ipc_sim as _ipc_sim
+from fixtures import ipc_sim as _ipc_sim
 from vlm_fastpath.patches import REGISTRY
 from vlm_fastpath.patches.sglang.encoder_dp_ipc import _switches
 
@@ -130,7 +130,7 @@ def test_marker_only_for_covered_architectures_and_images(ipc_engine):
 
     import sglang.srt.managers.schedule_batch as sb
 
-    from tests.support import sglang_cpu as _testing
+    from fixtures import sglang_cpu as _testing
     from vlm_fastpath.patches.sglang.encoder_dp_ipc.multimodal_processors_base_processor import (
         mark_qwen_deferrable,
     )

@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.kimi_integration.reference_kimi import ref_preprocess
+from fixtures.reference_kimi import ref_preprocess
 from vlm_fastpath.kimi_integration import FusedKimiProcessor
 from vlm_fastpath.patches import REGISTRY
 
@@ -107,7 +107,7 @@ def test_checkpoint_processor_behaving_differently_is_kept(engine, monkeypatch):
     """The behaviour clause, per processor: ours replaces the checkpoint's only where equal."""
     import sglang.srt.multimodal.processors.kimi_k25 as proc
 
-    from vlm_fastpath.patches import kimi_probe
+    from vlm_fastpath.patches.adapters import kimi_probe
 
     if not hasattr(proc, "KimiGPUProcessorWrapper"):
         pytest.skip("no Kimi CPU preprocessing path in this release")

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from tests.support import sglang_cpu as _testing
+from fixtures import sglang_cpu as _testing
 from vlm_fastpath.patches import REGISTRY
 
 DEVICE = torch.device("meta")  # the stand-in accelerator (mapped to the CPU by the recorder)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support import sglang_cpu as _testing
+from fixtures import sglang_cpu as _testing
 from vlm_fastpath.patches import REGISTRY
 
 GRIDS = [(1, 4, 4), (1, 8, 6), (1, 6, 6)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tests.support import sglang_cpu as _testing
+from fixtures import sglang_cpu as _testing
 from vlm_fastpath.patches import REGISTRY
 
 GRIDS = [(1, 4, 4), (1, 8, 6), (1, 6, 6)]

@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from vlm_fastpath.patches import REGISTRY
-from vlm_fastpath.patches.vllm.qwen_vl_processor import adapter
+from vlm_fastpath.patches.adapters import qwen_twin as adapter
 
 PATCH = "sglang-qwen-vl-cpu-image-processor"
 QWEN_VL = "sglang.srt.multimodal.processors.qwen_vl"
@@ -40,7 +40,7 @@ def _images() -> list[Image.Image]:
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    from tests.support import qwen_checkpoint
+    from fixtures import qwen_checkpoint
 
     root = tmp_path_factory.mktemp("qwen-ckpt")
     found = {"qwen2.5": qwen_checkpoint.ensure(root, qwen_checkpoint.QWEN25)}
@@ -58,7 +58,7 @@ def _server_args(path):
     """Server args published the way this release's processors read them (built once)."""
     if _SERVER_ARGS:
         return _SERVER_ARGS[0]
-    from tests.support.sglang_cpu import server_args_sealed, setup_sglang_cpu
+    from fixtures.sglang_cpu import server_args_sealed, setup_sglang_cpu
 
     setup_sglang_cpu()
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler

@@ -49,7 +49,7 @@ def kimi_module():
 
 @pytest.fixture(scope="session")
 def model_dir():
-    from .kimi_model import make_model_dir
+    from fixtures.vllm_kimi_model import make_model_dir
 
     return make_model_dir(_SESSION_DIR)
 
@@ -58,8 +58,7 @@ def model_dir():
 def _patches_applied(kimi_module):
     """Every test starts (and ends) with the patches as the .pth door applied them."""
     import vlm_fastpath
-
-    from .kimi_model import clear_processor_caches
+    from fixtures.vllm_kimi_model import clear_processor_caches
 
     vlm_fastpath.apply("vllm")
     yield

@@ -52,7 +52,7 @@ def _statuses() -> dict[str, str]:
 
 
 def _processor_class(model_dir: Path) -> str:
-    from tests.engines.vllm.kimi_model import clear_processor_caches, processing_info
+    from fixtures.vllm_kimi_model import clear_processor_caches, processing_info
 
     clear_processor_caches()
     processor = processing_info(model_dir).image_processor
@@ -119,8 +119,8 @@ def threads(model_dir: Path) -> dict[str, object]:
     import torch
     from PIL import Image
 
-    from tests.engines.vllm.kimi_model import processing_info
-    from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
+    from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
+    from fixtures.vllm_kimi_model import processing_info
 
     importlib.import_module(KIMI)
     processor = processing_info(model_dir).image_processor
@@ -174,7 +174,7 @@ def device_normalize(model_dir: Path) -> dict[str, object]:
     import numpy as np
     from PIL import Image
 
-    from tests.engines.vllm.kimi_model import MEDIA_PAD, clear_processor_caches, processing_info
+    from fixtures.vllm_kimi_model import MEDIA_PAD, clear_processor_caches, processing_info
 
     importlib.import_module(KIMI)
     import vlm_fastpath

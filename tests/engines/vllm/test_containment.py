@@ -13,9 +13,10 @@ import torch
 from packaging.version import Version
 
 import vlm_fastpath
-from vlm_fastpath.patches import REGISTRY, containment
+from fixtures.vllm_kimi_model import clear_processor_caches, processing_info
+from vlm_fastpath.patches import REGISTRY
+from vlm_fastpath.patches.core import containment
 
-from .kimi_model import clear_processor_caches, processing_info
 from .test_kimi_processor import _medias
 from .test_moonvit_syncs import _equal, run_forward, tower, vit_module  # noqa: F401
 from .test_qwen_processor import _hf_image_processor, checkpoints, processors  # noqa: F401

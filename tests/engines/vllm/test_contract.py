@@ -13,9 +13,8 @@ import vllm
 from packaging.version import Version
 
 import vlm_fastpath
-from vlm_fastpath.patches import kimi_probe as probe
-
-from .kimi_model import clear_processor_caches
+from fixtures.vllm_kimi_model import clear_processor_caches
+from vlm_fastpath.patches.adapters import kimi_probe as probe
 
 FUTURE = "0.99.0"
 KIMI = "vllm-kimi-fused-processor"
@@ -55,7 +54,7 @@ def test_future_release_applies_where_the_contract_holds(future, kimi_module):
         assert f"vllm {FUTURE} not verified by the sweep" in result["reason"], result
         assert result["reason"].endswith("contract held)"), result
     if future >= FUSED_UPSTREAM:
-        from vlm_fastpath.patches.vllm.kimi_processor.adapter import FastpathKimiVisionProcessor
+        from vlm_fastpath.patches.adapters.kimi_vision import FastpathKimiVisionProcessor
 
         assert kimi_module.KimiK25FusedVisionProcessor is FastpathKimiVisionProcessor
 
@@ -126,7 +125,7 @@ def test_another_configuration_is_probed_before_its_first_call(vllm_version, mon
     import torch
 
     from vlm_fastpath.kimi_integration import FusedKimiProcessor
-    from vlm_fastpath.patches.vllm.kimi_processor.adapter import FastpathKimiVisionProcessor
+    from vlm_fastpath.patches.adapters.kimi_vision import FastpathKimiVisionProcessor
 
     engine_class = FastpathKimiVisionProcessor.engine_class
     assert engine_class is not None  # the patch is applied (autouse fixture)

@@ -24,9 +24,12 @@ from packaging.version import Version
 from PIL import Image
 
 import vlm_fastpath
-from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
+from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
+from fixtures.vllm_kimi_model import clear_processor_caches
+from fixtures.vllm_requests import hf_inputs as _hf_inputs
+from fixtures.vllm_requests import kimi_context as _context
+from fixtures.vllm_requests import kimi_mm_processor as _mm_processor
 
-from .kimi_model import MEDIA_PAD, StubProcessingContext, clear_processor_caches
 from .test_fresh_process import _probe
 
 vllm = pytest.importorskip("vllm")
@@ -52,49 +55,6 @@ def patched(vllm_version):
 
 
 # -- vLLM's processing side, with its own call_hf_processor ------------------------------------
-def _context_class():
-    from vllm.multimodal.processing import InputProcessingContext
-
-    borrowed = ("call_hf_processor", "_postprocess_output", "get_merged_mm_kwargs")
-    return type(
-        "TransportContext",
-        (StubProcessingContext,),
-        {name: InputProcessingContext.__dict__[name] for name in borrowed},
-    )
-
-
-def _context(model_dir, dtype: torch.dtype):
-    ctx = _context_class()(model_dir)
-    ctx.model_config.dtype = dtype
-    mm_config = SimpleNamespace(
-        merge_mm_processor_kwargs=lambda kwargs: dict(kwargs), enable_mm_embeds=False,
-        allow_missing_mm_embeddings=False, mm_tensor_ipc="direct_rpc",  # read from 0.28 on
-    )
-    ctx.model_config.get_multimodal_config = lambda: mm_config
-    ctx.model_config.multimodal_config = mm_config
-    return ctx
-
-
-def _mm_processor(kimi, model_dir, dtype):
-    clear_processor_caches()
-    info = kimi.KimiK25ProcessingInfo(_context(model_dir, dtype))
-    return kimi.KimiK25MultiModalProcessor(info, kimi.KimiK25DummyInputsBuilder(info))
-
-
-def _hf_inputs(processor, medias):
-    """What the API server's processor hands to vLLM (after ``_postprocess_output``), through
-    the release's own call of the HF processor: up to 0.28 ``_call_hf_processor(prompt,
-    mm_data, mm_kwargs, tok_kwargs)``; from 0.29 on (which dropped that method, and 0.31, which
-    brought it back as ``(hf_data, hf_kwargs)``) ``_apply_hf_processor_main(mm_items, kwargs)``
-    on the items the release's own data parser makes."""
-    call = getattr(type(processor), "_call_hf_processor", None)
-    if call is not None and "prompt" in inspect.signature(call).parameters:
-        prompt = "a" + MEDIA_PAD * len(medias) + "b"
-        return processor._call_hf_processor(prompt, {"vision_chunks": medias}, {}, {})
-    items = processor.data_parser.parse_mm_data({"vision_chunk": medias})
-    return processor._apply_hf_processor_main(items, {})
-
-
 def _batched_kwargs(processor, hf_inputs) -> list[dict]:
     """vLLM's field config + per-item split + the runner's batching, as EngineCore does it."""
     from vllm.multimodal import utils as mm_utils

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 import vlm_fastpath
-from tests.support import bad_images, decode_corpus
+from fixtures import bad_images, decode_corpus
 from vlm_fastpath.imaging import decode
 from vlm_fastpath.imaging.decode import layer
 

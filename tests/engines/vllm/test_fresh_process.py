@@ -18,7 +18,7 @@ UINT8_UPSTREAM = Version("0.32")  # vLLM normalizes Kimi pixels on the device it
 MAX_SEQLEN_UPSTREAM = Version("0.23")  # MoonViT max_seqlen on the host
 LOADER_UPSTREAM = Version("0.34")  # ImageMediaIO.load_bytes turns a bomb into a ValueError
 FAST_DECODE_FROM = Version("0.24")  # load_bytes normalizes the opened image (exact fast decode)
-OURS = "vlm_fastpath.patches.vllm.kimi_processor.adapter.FastpathKimiVisionProcessor"
+OURS = "vlm_fastpath.patches.adapters.kimi_vision.FastpathKimiVisionProcessor"
 # The probes import no Qwen-VL module: those patches wait for it (tests/engines/vllm/
 # test_qwen_processor.py covers them applied).
 QWEN_PENDING = dict.fromkeys(

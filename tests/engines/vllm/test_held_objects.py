@@ -1,6 +1,6 @@
 """Objects vLLM holds keep the engine's behaviour after their patch is quarantined (#31).
 
-One shared check (``tests/support/held_objects.py``) per patch that hands out objects: the
+One shared check (``fixtures/held_objects.py``) per patch that hands out objects: the
 Kimi processor (``vllm-kimi-fused-processor`` from 0.25, ``vllm-kimi-processor`` before), the
 Qwen2.5-VL twin, and the uint8-transport view of ``vllm-kimi-device-normalize`` (<0.32). The
 reference is the same call with the patches reverted (the in-process ``VLM_FASTPATH=0``).
@@ -16,9 +16,9 @@ import torch
 from packaging.version import Version
 
 import vlm_fastpath
-from tests.support.held_objects import HeldCase, check_held_object, forget_faults
+from fixtures.held_objects import HeldCase, check_held_object, forget_faults
+from fixtures.vllm_kimi_model import clear_processor_caches, processing_info
 
-from .kimi_model import clear_processor_caches, processing_info
 from .test_kimi_processor import _medias
 from .test_qwen_processor import _hf_image_processor, _images, checkpoints, processors  # noqa: F401
 

@@ -7,7 +7,7 @@ from packaging.version import Version
 from PIL import Image
 
 import vlm_fastpath
-from tests.support import bad_images
+from fixtures import bad_images
 
 NAME = "vllm-image-loader-client-errors"
 UPSTREAM = Version("0.34")  # load_bytes turns DecompressionBombError into ValueError itself

@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 import sys
 
-import numpy as np
 import pytest
 import torch
 from packaging.version import Version
-from PIL import Image
 
 import vlm_fastpath
-from tests.kimi_integration.reference_kimi import KIMI_K25_CFG, ref_preprocess
-
-from .kimi_model import MEDIA_PAD, MEDIA_PAD_ID, clear_processor_caches, processing_info
+from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
+from fixtures.vllm_kimi_model import (
+    MEDIA_PAD,
+    MEDIA_PAD_ID,
+    clear_processor_caches,
+    processing_info,
+)
+from fixtures.vllm_requests import kimi_image as _image
+from fixtures.vllm_requests import kimi_medias as _medias
 
 vllm = pytest.importorskip("vllm")
 
@@ -24,21 +28,6 @@ UINT8_UPSTREAM = Version("0.32")
 
 def _status() -> dict[str, dict]:
     return {r["name"]: r for r in vlm_fastpath.status("vllm")}
-
-
-def _image(seed: int, width: int, height: int, mode: str = "RGB") -> Image.Image:
-    rng = np.random.default_rng(seed)
-    channels = {"RGB": 3, "RGBA": 4}[mode]
-    return Image.fromarray(rng.integers(0, 256, (height, width, channels), dtype=np.uint8))
-
-
-def _medias() -> list[dict]:
-    return [
-        {"type": "image", "image": _image(1, 900, 700)},
-        {"type": "image", "image": _image(2, 97, 1203, "RGBA")},
-        {"type": "video_chunk", "video_chunk": [_image(10 + i, 640, 360) for i in range(4)]},
-        {"type": "image", "image": _image(3, 1, 1)},
-    ]
 
 
 @pytest.fixture()
@@ -67,7 +56,7 @@ def test_status_per_version(vllm_version):
 
 
 def test_processing_info_hands_out_ours(info):
-    from vlm_fastpath.patches.vllm.kimi_processor.adapter import FastpathKimiVisionProcessor
+    from vlm_fastpath.patches.adapters.kimi_vision import FastpathKimiVisionProcessor
 
     assert isinstance(info.image_processor, FastpathKimiVisionProcessor)
     assert info.hf_processor.image_processor is info.image_processor

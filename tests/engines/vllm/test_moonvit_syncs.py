@@ -2,7 +2,7 @@
 
 The real ``MoonViT3dPretrainedModel`` is built on the CPU from a tiny ``KimiK25VisionConfig``
 (a one-process gloo TP group and a CPU ``VllmConfig`` for construction only). Stand-ins: the
-``TransferRecorder`` (``tests.support.sglang_cpu``) simulates a device; vLLM's
+``TransferRecorder`` (``fixtures.sglang_cpu``) simulates a device; vLLM's
 attention custom ops are called through their Python bodies (``flash_attn_maxseqlen_wrapper``,
 ``torch_sdpa_wrapper`` -- the ``torch.ops`` layer would hide their ``.item()``/``.tolist()``
 from a ``TorchFunctionMode``) and ``flash_attn_varlen_func`` is an exact per-segment SDPA.
@@ -17,7 +17,7 @@ import pytest
 import torch
 from packaging.version import Version
 
-from tests.support import transfers as _testing
+from fixtures import transfers as _testing
 from vlm_fastpath.patches import REGISTRY
 
 NAME = "vllm-moonvit-max-seqlen"

@@ -14,13 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import vlm_fastpath
-from vlm_fastpath.patches.vllm.qwen_vl_processor import adapter
+from fixtures.vllm_requests import qwen_image as _image
+from fixtures.vllm_requests import qwen_images as _images
+from vlm_fastpath.patches.adapters import qwen_twin as adapter
 
 vllm = pytest.importorskip("vllm")
 
@@ -30,32 +30,10 @@ QWEN25_PATCH, QWEN3_PATCH = PATCHES[1], PATCHES[2]
 PROMPT_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
-def _image(seed: int, width: int, height: int, mode: str = "RGB") -> Image.Image:
-    rng = np.random.default_rng(seed)
-    channels = {"RGB": 3, "RGBA": 4, "L": 1, "P": 1}[mode]
-    pixels = rng.integers(0, 256, (height, width, channels), dtype=np.uint8)
-    if mode in ("L", "P"):
-        image = Image.fromarray(pixels[..., 0], "L")
-        if mode == "P":
-            image = image.convert("RGB").quantize(colors=64)
-        return image
-    return Image.fromarray(pixels, mode)
-
-
-def _images() -> list[Image.Image]:
-    return [
-        _image(1, 457, 300),
-        _image(2, 333, 517, "RGBA"),  # odd sizes, alpha
-        _image(3, 57, 29, "L"),  # smaller than one merged patch: upscaled
-        _image(4, 200, 151, "P"),
-        _image(5, 1003, 751),
-    ]
-
-
 # -- vLLM objects --------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory):
-    from tests.support import qwen_checkpoint
+    from fixtures import qwen_checkpoint
 
     root = tmp_path_factory.mktemp("qwen-ckpt")
     found = {"qwen2.5": qwen_checkpoint.ensure(root, qwen_checkpoint.QWEN25)}

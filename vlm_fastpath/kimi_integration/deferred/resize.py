@@ -31,7 +31,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..pillow_coeffs import PRECISION_BITS, pillow_coefficients, pillow_version, vertical_first
+from ...imaging.pillow_coeffs import (
+    PRECISION_BITS,
+    pillow_coefficients,
+    pillow_version,
+    vertical_first,
+)
 
 __all__ = [
     "PRECISION_BITS",

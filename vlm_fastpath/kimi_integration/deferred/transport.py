@@ -41,14 +41,10 @@ import PIL
 import torch
 from PIL import Image, features
 
+from ...imaging.image_input import is_tensor as _is_tensor
+from ...imaging.image_input import unwrap as _unwrap
 from ..errors import ImageTooLargeError, KimiConfigError, KimiInputError
-from ..image_input import (
-    _is_tensor,
-    _unwrap,
-    check_pixel_count,
-    open_encoded,
-    tensor_to_numpy,
-)
+from ..image_input import check_pixel_count, open_encoded, tensor_to_numpy
 from ..navit_resize import ResizePlan
 from .background import BackgroundConfig
 

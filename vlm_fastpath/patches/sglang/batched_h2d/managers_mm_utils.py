@@ -36,9 +36,9 @@ import inspect
 from itertools import accumulate
 from typing import Any
 
-from ...base import Patch, PatchContext
-from ...containment import contained
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.containment import contained
+from ...core.registry import register
 from .._common import (
     BATCHED_FEATURE_MODELS,
     SGLANG_PREFIXES,

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...containment import call_contained, contained
+from ...core.containment import call_contained, contained
 from ._shared import check_grids, materialize_payloads, merge_payloads, owner_processor
 
 

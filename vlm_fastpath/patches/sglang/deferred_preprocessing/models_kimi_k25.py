@@ -27,8 +27,8 @@ sglang-kimi-k25-deferred-owner
 
 from __future__ import annotations
 
-from ...base import Patch, PatchContext
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.registry import register
 from .._common import module, require
 from ._contained import contained_materialize
 from ._shared import ITEM_KEY, deferred_get_image_feature

@@ -25,8 +25,8 @@ sglang-kimi-k3-deferred-owner
 
 from __future__ import annotations
 
-from ...base import Patch, PatchContext
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.registry import register
 from .._common import module, require
 from ._contained import contained_materialize
 from ._shared import K3_ITEM_KEY, deferred_get_image_feature

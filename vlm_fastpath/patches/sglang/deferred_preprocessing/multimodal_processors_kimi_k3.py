@@ -40,8 +40,8 @@ import functools
 import importlib.util
 
 from .... import settings
-from ...base import Patch, PatchContext
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.registry import register
 from .._common import module, require
 from ._contained import contained_sender
 from ._shared import (

@@ -25,9 +25,9 @@ import functools
 import inspect
 import threading
 
-from ...base import Patch, PatchContext
-from ...containment import answer, contained
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.containment import answer, contained
+from ...core.registry import register
 from .._common import module, require
 from . import _switches
 

@@ -17,8 +17,8 @@ sglang-qwen2-5-vl-encoder-dp-owner-only
 
 from __future__ import annotations
 
-from ...base import Patch, PatchContext
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.registry import register
 from .._common import module, require
 from . import _switches
 from ._owner import make_qwen_get_image_feature, uses_local_loader

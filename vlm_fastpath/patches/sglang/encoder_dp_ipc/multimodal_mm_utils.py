@@ -30,8 +30,8 @@ import inspect
 import itertools
 import math
 
-from ...base import Patch, PatchContext
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.registry import register
 from .._common import SGLANG_PREFIXES, module, require
 from . import _switches
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import functools
 import inspect
 
-from ...base import Patch, PatchContext
-from ...containment import contained
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.containment import contained
+from ...core.registry import register
 from .._common import module, require, source_of
 from . import _switches
 

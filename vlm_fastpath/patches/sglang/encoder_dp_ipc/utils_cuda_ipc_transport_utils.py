@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import functools
 
-from ...base import Patch, PatchContext
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.registry import register
 from .._common import module, require
 from . import _switches
 

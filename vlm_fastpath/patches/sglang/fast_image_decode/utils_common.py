@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...base import Patch, PatchContext, signature_clause
-from ...containment import contained
-from ...registry import register
+from ...core.base import Patch, PatchContext, signature_clause
+from ...core.containment import contained
+from ...core.registry import register
 from .._common import SGLANG_PREFIXES, module, source_of
 
 COMMON = "sglang.srt.utils.common"

@@ -25,9 +25,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ...base import Patch, PatchContext, signature_clause
-from ...containment import call_contained
-from ...registry import register
+from ...core.base import Patch, PatchContext, signature_clause
+from ...core.containment import call_contained
+from ...core.registry import register
 from .._common import module, require
 
 KIMI_PROCESSOR = "sglang.srt.multimodal.processors.kimi_k25"
@@ -100,11 +100,11 @@ def fused_media_processor(media_processor):
         fused = contained_processor_class()(config)
     except Exception:  # noqa: BLE001 - an unknown config keeps the checkpoint's processor
         return None
-    from ... import kimi_probe
+    from ...adapters import kimi_probe
 
     clause = kimi_probe.instance_verdict(media_processor, config)
     if clause:  # this checkpoint's processor behaves otherwise: it keeps answering
-        from ...registry import REGISTRY
+        from ...core.registry import REGISTRY
 
         REGISTRY.note_stand_aside(PATCH, f"media_proc_cfg {config}", clause)
         return None

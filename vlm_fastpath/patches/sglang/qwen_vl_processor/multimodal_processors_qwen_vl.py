@@ -17,8 +17,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ...base import Patch, PatchContext
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.registry import register
 from .._common import module, require
 
 QWEN_VL = "sglang.srt.multimodal.processors.qwen_vl"
@@ -30,13 +30,13 @@ def _make_init(original: Any) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         try:
-            from ...vllm.qwen_vl_processor.adapter import processor_view
+            from ...adapters.qwen_twin import processor_view
 
             hf_processor = self.__dict__.get("_processor")
             if hf_processor is not None:
                 self._processor = processor_view(hf_processor, PATCH)
         except Exception as exc:  # noqa: BLE001 - the engine keeps its processor
-            from ...vllm.qwen_vl_processor.adapter import logger
+            from ...adapters.qwen_twin import logger
 
             logger.warning("vlm_fastpath: %s: keeping SGLang's processor (%r)", PATCH, exc)
 
@@ -76,7 +76,7 @@ class QwenVLCpuImageProcessorPatch(Patch):
         original = cls.__dict__.get("__init__")
         if not callable(original):
             raise LookupError("QwenVLImageProcessor defines no __init__ (renamed?)")
-        from ...vllm.qwen_vl_processor import adapter
+        from ...adapters import qwen_twin as adapter
 
         ctx.set_attr(adapter.SWITCHES, self.name, True)
         ctx.set_attr(cls, "__init__", _make_init(original))

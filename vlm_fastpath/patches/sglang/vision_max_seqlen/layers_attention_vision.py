@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import functools
 
-from ...base import Patch, PatchContext
-from ...containment import contained
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.containment import contained
+from ...core.registry import register
 from .._common import module, require
 from ._host_seqlens import HOST_SEQLENS, HostMaxSeqlen
 

@@ -39,9 +39,9 @@ from __future__ import annotations
 import functools
 from itertools import accumulate
 
-from ...base import Patch, PatchContext
-from ...containment import contained
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.containment import contained
+from ...core.registry import register
 from .._common import cuda_available, grid_of, module, require, source_of
 from ._host_seqlens import HOST_SEQLENS, HostMaxSeqlen, HostSeqlens
 

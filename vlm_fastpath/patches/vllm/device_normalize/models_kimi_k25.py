@@ -52,8 +52,8 @@ import weakref
 from typing import Any
 
 from ...._log import get_logger
-from ...base import Patch, PatchContext
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.registry import register
 
 KIMI_K25 = "vllm.model_executor.models.kimi_k25"
 INFO_CLASS = "KimiK25ProcessingInfo"
@@ -110,7 +110,7 @@ class Uint8TransportProcessor:
 
 
 def _is_ours(processor: Any) -> bool:
-    from ..kimi_processor.adapter import FastpathKimiVisionProcessor
+    from ...adapters.kimi_vision import FastpathKimiVisionProcessor
 
     return isinstance(processor, FastpathKimiVisionProcessor)
 

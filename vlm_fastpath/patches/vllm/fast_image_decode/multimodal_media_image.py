@@ -17,9 +17,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ...base import Patch, PatchContext, signature_clause
-from ...containment import contained
-from ...registry import register
+from ...core.base import Patch, PatchContext, signature_clause
+from ...core.containment import contained
+from ...core.registry import register
 
 MEDIA_IMAGE = "vllm.multimodal.media.image"
 PATCH = "vllm-fast-image-decode"

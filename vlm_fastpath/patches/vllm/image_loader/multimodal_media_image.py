@@ -19,8 +19,8 @@ import functools
 import sys
 from typing import Any
 
-from ...base import Patch, PatchContext
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.registry import register
 
 MEDIA_IMAGE = "vllm.multimodal.media.image"
 

@@ -32,8 +32,8 @@ import sys
 from typing import Any
 
 from ...._log import get_logger
-from ...base import Patch, PatchContext
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.registry import register
 from .transformers_utils_processor import PROCESSOR, accepts_overrides
 
 KIMI_K25 = "vllm.model_executor.models.kimi_k25"
@@ -42,7 +42,7 @@ logger = get_logger("vlm_fastpath.patches")
 
 def make_kimi_loader(original: Any) -> Any:
     """A ``cached_get_image_processor`` for ``kimi_k25`` that returns our adapter."""
-    from .adapter import FastpathKimiVisionProcessor
+    from ...adapters.kimi_vision import FastpathKimiVisionProcessor
 
     @functools.lru_cache
     def load_own(processor_name: str, revision: str | None, trust_remote_code: bool) -> Any:

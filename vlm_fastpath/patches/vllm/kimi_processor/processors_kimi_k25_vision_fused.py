@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import sys
 
-from ...base import Patch, PatchContext, signature_clause
-from ...registry import register
+from ...core.base import Patch, PatchContext, signature_clause
+from ...core.registry import register
 
 KIMI_K25_VISION_FUSED = "vllm.transformers_utils.processors.kimi_k25_vision_fused"
 KIMI_K25 = "vllm.model_executor.models.kimi_k25"
@@ -70,7 +70,7 @@ class KimiFusedProcessorPatch(Patch):
             clause = signature_clause(original, attr, params)
             if clause:
                 return clause
-        from .adapter import FastpathKimiVisionProcessor
+        from ...adapters.kimi_vision import FastpathKimiVisionProcessor
 
         missing = sorted(
             name for name in dir(original)
@@ -79,7 +79,7 @@ class KimiFusedProcessorPatch(Patch):
         )
         if missing:
             return f"structure: {CLASS_NAME} has {', '.join(missing)}, which ours lacks"
-        from ... import kimi_probe as probe
+        from ...adapters import kimi_probe as probe
 
         return probe.verdict(original, probe.OursForProbe, probe.default_media_proc_cfg())
 
@@ -89,7 +89,7 @@ class KimiFusedProcessorPatch(Patch):
         if not isinstance(original, type):
             raise LookupError(f"{KIMI_K25} has no class {CLASS_NAME} (renamed?)")
 
-        from .adapter import FastpathKimiVisionProcessor
+        from ...adapters.kimi_vision import FastpathKimiVisionProcessor
 
         ctx.set_attr(FastpathKimiVisionProcessor, "patch_name", self.name)
         ctx.set_attr(FastpathKimiVisionProcessor, "engine_class", original)  # answers faults

@@ -25,8 +25,8 @@ import inspect
 import sys
 from typing import Any
 
-from ...base import Patch, PatchContext
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.registry import register
 
 PROCESSOR = "vllm.transformers_utils.processor"
 

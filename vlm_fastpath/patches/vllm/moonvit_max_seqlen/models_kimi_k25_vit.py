@@ -34,9 +34,9 @@ import sys
 from itertools import accumulate
 from typing import Any
 
-from ...base import Patch, PatchContext
-from ...containment import contained
-from ...registry import register
+from ...core.base import Patch, PatchContext
+from ...core.containment import contained
+from ...core.registry import register
 
 KIMI_K25_VIT = "vllm.model_executor.models.kimi_k25_vit"
 TOWER_CLASS = "MoonViT3dPretrainedModel"

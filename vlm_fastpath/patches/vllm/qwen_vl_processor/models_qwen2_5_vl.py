@@ -6,7 +6,7 @@ it is wrapped like Qwen2-VL's (see ``models_qwen2_vl``).
 
 from __future__ import annotations
 
-from ...registry import register
+from ...core.registry import register
 from .models_qwen2_vl import QwenProcessingInfoPatch
 
 QWEN2_5_VL = "vllm.model_executor.models.qwen2_5_vl"

@@ -13,8 +13,8 @@ import functools
 import sys
 from typing import Any
 
-from ...base import Patch, PatchContext, signature_clause
-from ...registry import register
+from ...core.base import Patch, PatchContext, signature_clause
+from ...core.registry import register
 
 QWEN2_VL = "vllm.model_executor.models.qwen2_vl"
 VERSIONS = ">=0.22"
@@ -22,7 +22,7 @@ VERSIONS = ">=0.22"
 
 def make_get_hf_processor(original: Any, patch: str) -> Any:
     """``get_hf_processor`` returning the view with our image processor (or the original)."""
-    from .adapter import processor_view
+    from ...adapters.qwen_twin import processor_view
 
     @functools.wraps(original)
     def get_hf_processor(self: Any, **kwargs: Any) -> Any:
@@ -30,7 +30,7 @@ def make_get_hf_processor(original: Any, patch: str) -> Any:
         try:
             return processor_view(processor, patch)
         except Exception as exc:  # noqa: BLE001 - never fail the engine over our processor
-            from .adapter import logger
+            from ...adapters.qwen_twin import logger
 
             logger.warning("vlm_fastpath: %s: keeping vLLM's processor (%r)", patch, exc)
             return processor
@@ -70,7 +70,7 @@ class QwenProcessingInfoPatch(Patch):
         original = info.__dict__.get("get_hf_processor") if info is not None else None
         if not callable(original):
             raise LookupError(f"{self.info_class} defines no get_hf_processor (renamed?)")
-        from . import adapter
+        from ...adapters import qwen_twin as adapter
 
         ctx.set_attr(adapter.SWITCHES, self.name, True)
         ctx.set_attr(info, "get_hf_processor", make_get_hf_processor(original, self.name))

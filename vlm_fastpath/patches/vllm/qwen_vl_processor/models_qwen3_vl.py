@@ -8,7 +8,7 @@ the checkpoint); wrapped like Qwen2-VL's (see ``models_qwen2_vl``). Its video pr
 
 from __future__ import annotations
 
-from ...registry import register
+from ...core.registry import register
 from .models_qwen2_vl import QwenProcessingInfoPatch
 
 QWEN3_VL = "vllm.model_executor.models.qwen3_vl"

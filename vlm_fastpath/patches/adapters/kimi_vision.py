@@ -19,7 +19,7 @@ from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
 
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiConfigError
 
-from ...containment import LEDGER, call_contained
+from ..core.containment import LEDGER, call_contained
 
 # Keys of a preprocessor_config.json that describe how it was loaded, not the processor.
 _LOADER_KEYS = frozenset(
@@ -86,11 +86,11 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
             clause = None
             engine_class = self.__dict__.get("_vlm_engine_class")
             if engine_class is not None and self.__dict__.get("_vlm_engine_fallback") is None:
-                from ... import kimi_probe as probe
+                from . import kimi_probe as probe
 
                 clause = probe.verdict(engine_class, probe.OursForProbe, self.media_proc_cfg)
                 if clause:
-                    from ...registry import REGISTRY
+                    from ..core.registry import REGISTRY
 
                     REGISTRY.note_stand_aside(
                         self.serving_patch, f"media_proc_cfg {self.media_proc_cfg}", clause

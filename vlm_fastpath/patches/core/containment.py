@@ -28,8 +28,8 @@ from collections.abc import Callable
 from types import CodeType, TracebackType
 from typing import Any, TypeVar
 
-from .. import settings
-from .._log import get_logger
+from ... import settings
+from ..._log import get_logger
 
 logger = get_logger("vlm_fastpath.patches")
 

@@ -26,7 +26,8 @@ import platform
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import PIL
@@ -34,16 +35,54 @@ from PIL import Image
 
 from .. import settings
 from .band_pool import TaskGroup, get_band_pool
-from .errors import KimiInputError
-from .image_input import _unwrap, check_pixel_count, to_rgb_image
-from .navit_resize import ResizePlan
-from .normalize_lut import identity_lut
+from .errors import ImagingInputError
+from .image_input import check_pixel_count, unwrap
+from .lut import identity_lut
 from .pillow_coeffs import pillow_coefficients, pillow_version, vertical_first
 from .pillow_pixels import can_copy_rows, copy_rows, rgbx_view
 from .resize_pool import THREADS_ENV, default_workers
 from .tap_windows import pad_windows
 
 logger = logging.getLogger(__name__)
+
+
+class PatchGrid(Protocol):
+    """Where one frame goes: its resized size and its grid of ``patch_size`` patches (the
+    patches beyond the resized image are padding). Kimi's ``ResizePlan`` is one."""
+
+    new_width: int
+    new_height: int
+    grid_w: int
+    grid_h: int
+    patch_size: int
+
+
+def _pillow_rgb(obj: Any) -> Image.Image:
+    image = unwrap(obj)
+    if not isinstance(image, Image.Image):
+        raise ImagingInputError(
+            f"unsupported image type {type(image).__name__}: expected PIL.Image.Image or a uint8 "
+            "HxWx3 numpy array"
+        )
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+@dataclass(frozen=True)
+class InputRules:
+    """How the calling model turns a frame into RGB pixels, and which errors it raises.
+
+    ``to_rgb`` takes any frame that is not a uint8 HxWx3 array (those are read as they are,
+    after ``check_size``) and returns an RGB image, raising the model's own errors;
+    ``input_error`` is the class this module raises for what it finds itself (a corrupt image
+    whose pixels fail to load). The default takes PIL images and arrays only.
+    """
+
+    to_rgb: Callable[[Any], Image.Image] = _pillow_rgb
+    check_size: Callable[[int, int], None] | None = check_pixel_count
+    input_error: type[ImagingInputError] = ImagingInputError
+
+
+PLAIN = InputRules()
 
 VERIFIED_PILLOW: dict[str, str] = {
     "13.0.0": "vertical pass first when (H-oh) > 0 and (H-oh) > 2*(W-ow)",
@@ -168,7 +207,9 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return view
 
 
-def frame_source(frame: Any) -> tuple[np.ndarray | Image.Image, int, Any]:
+def frame_source(
+    frame: Any, rules: InputRules = PLAIN
+) -> tuple[np.ndarray | Image.Image, int, Any]:
     """``(source, bytes per pixel, keepalive)`` of any supported input, as
     ``convert("RGB")`` makes it: uint8 ``[H, W*cs]`` RGB(X) bytes, or an RGB image held in
     many Pillow blocks, whose rows the reader copies itself (:func:`.pillow_pixels.copy_rows`,
@@ -176,14 +217,15 @@ def frame_source(frame: Any) -> tuple[np.ndarray | Image.Image, int, Any]:
 
     A uint8 HxWx3 array is used as it is (no PIL round trip); an RGB image is read in place
     when Pillow can export its memory (RGBX, ``cs`` = 4: :mod:`.pillow_pixels`); everything
-    else is converted with :func:`.image_input.to_rgb_image` first.
+    else is converted with the caller's ``rules.to_rgb`` first.
     """
-    obj = _unwrap(frame)
+    obj = unwrap(frame)
     if isinstance(obj, np.ndarray) and obj.dtype == np.uint8 and obj.ndim == 3:
         if obj.shape[2] == 3:
-            check_pixel_count(obj.shape[1], obj.shape[0])
+            if rules.check_size is not None:
+                rules.check_size(obj.shape[1], obj.shape[0])
             return _readonly(obj).reshape(obj.shape[0], obj.shape[1] * 3), 3, None
-    image = to_rgb_image(frame)
+    image = rules.to_rgb(frame)
     try:
         view = rgbx_view(image)
         if view is not None:
@@ -192,14 +234,14 @@ def frame_source(frame: Any) -> tuple[np.ndarray | Image.Image, int, Any]:
             return image, 4, None
         array = np.asarray(image)
     except OSError as exc:  # truncated or corrupt encoded data surfaces at load time
-        raise KimiInputError(f"cannot decode image: {exc}") from exc
+        raise rules.input_error(f"cannot decode image: {exc}") from exc
     return _readonly(array.reshape(array.shape[0], array.shape[1] * 3)), 3, None
 
 
-def frame_pixels(frame: Any) -> tuple[np.ndarray, int, Any]:
+def frame_pixels(frame: Any, rules: InputRules = PLAIN) -> tuple[np.ndarray, int, Any]:
     """``(pixels, bytes per pixel, keepalive)``: :func:`frame_source`, with an image in many
     Pillow blocks copied out whole (RGBX)."""
-    source, cs, keepalive = frame_source(frame)
+    source, cs, keepalive = frame_source(frame, rules)
     if isinstance(source, Image.Image):
         whole = np.empty((source.size[1], source.size[0] * 4), np.uint8)
         copy_rows(source, 0, source.size[1], whole)
@@ -285,14 +327,15 @@ def band_count(grid_h: int, share: float, workers: int) -> int:
 def submit_frame(
     group: TaskGroup,
     frame: Any,
-    plan: ResizePlan,
+    plan: PatchGrid,
     dest: np.ndarray,
     lut: np.ndarray,
     bands: int,
+    rules: InputRules = PLAIN,
     filter_name: str = "bicubic",
 ) -> None:
     """Decode ``frame`` here, then queue its bands (urgent: they free the source first)."""
-    source, cs, keepalive = frame_source(frame)
+    source, cs, keepalive = frame_source(frame, rules)
     args = _band_args(source, cs, plan.new_width, plan.new_height, filter_name)
     lut = _readonly(lut)
     _submit_bands(group, args, lut, dest, plan.grid_w, plan.patch_size, plan.grid_h, bands,
@@ -315,7 +358,7 @@ def _submit_bands(group: TaskGroup, args: tuple[Any, ...], lut: np.ndarray, dest
 
 
 def resize_patchify(
-    jobs: list[tuple[Any, ResizePlan, np.ndarray]], lut: np.ndarray
+    jobs: list[tuple[Any, PatchGrid, np.ndarray]], lut: np.ndarray, rules: InputRules = PLAIN
 ) -> None:
     """Fill each ``dest`` (``[patches, 3, p, p]``, dtype of ``lut``) from its frame.
 
@@ -329,9 +372,9 @@ def resize_patchify(
             bands = band_count(plan.grid_h, plan.grid_h / total_rows, pool.workers)
             if index == 0:
                 # The first frame is decoded here: its bands start without a hand-off.
-                submit_frame(group, frame, plan, dest, lut, bands)
+                submit_frame(group, frame, plan, dest, lut, bands, rules)
             else:
-                group.submit(submit_frame, group, frame, plan, dest, lut, bands)
+                group.submit(submit_frame, group, frame, plan, dest, lut, bands, rules)
     except BaseException as exc:
         group.fail(exc)
     group.wait()
@@ -374,7 +417,8 @@ def _float_lut() -> np.ndarray:
     return _identity_lut().astype(np.float32)
 
 
-def resize_rgb(frame: Any, width: int, height: int, filter_name: str = "bicubic") -> np.ndarray:
+def resize_rgb(frame: Any, width: int, height: int, filter_name: str = "bicubic",
+               rules: InputRules = PLAIN) -> np.ndarray:
     """``convert("RGB").resize((width, height), filter)`` as a new HxWx3 uint8 array,
     bit-exact: the bare resampler (no patches), with row bands on every worker of the band
     pool. Pillow itself resizes where the kernel is not enabled.
@@ -385,16 +429,16 @@ def resize_rgb(frame: Any, width: int, height: int, filter_name: str = "bicubic"
     """
     if width <= 0 or height <= 0:
         raise ValueError(f"target size must be positive, got {width}x{height}")
-    array = _unwrap(frame)
+    array = unwrap(frame)
     if isinstance(array, np.ndarray) and (
         array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3
     ):
         raise ValueError(f"need a uint8 HxWx3 array, got {array.dtype} {array.shape}")
     if not kernel_enabled():
-        image = Image.fromarray(array) if isinstance(array, np.ndarray) else to_rgb_image(frame)
+        image = Image.fromarray(array) if isinstance(array, np.ndarray) else rules.to_rgb(frame)
         resample = Image.Resampling[filter_name.upper()]
         return np.asarray(image.resize((width, height), resample)).copy()
-    source, cs, keepalive = frame_source(frame)
+    source, cs, keepalive = frame_source(frame, rules)
     args = _band_args(source, cs, width, height, filter_name)
     out = np.empty((height * width, 3, 1, 1), dtype=np.uint8)
     pool = get_band_pool()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from .. import settings
@@ -121,3 +121,14 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def wait_all(futures: list[Future[None]]) -> None:
+    """Wait for every future, raising the first failure; those not yet started are cancelled
+    on the way out, so a failed call leaves no work of its own queued."""
+    try:
+        for future in futures:
+            future.result()
+    finally:
+        for future in futures:
+            future.cancel()

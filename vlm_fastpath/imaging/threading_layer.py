@@ -16,7 +16,7 @@ import threading
 
 from .._log import get_logger
 
-logger = get_logger("vlm_fastpath.kimi")
+logger = get_logger("vlm_fastpath.imaging")
 
 FALLBACK_LAYER = "workqueue"
 # What each NUMBA_THREADING_LAYER value may load, in numba's order of preference.

@@ -26,7 +26,7 @@ run: 22.2 ms for the whole band before, 11.6 ms now):
   constant in those expressions is np.uint64 too.
 - The weighted sums of both passes are int32 steps (``_numba_int32``; numba would widen them
   to int64 lanes), four taps per sweep over the accumulators, the last tap fused with the
-  shift and clamp (:func:`_vertical`). One 64-row block of 2048 -> 2044 (5 taps), same run:
+  shift and clamp (:func:`vertical_row`). One 64-row block of 2048 -> 2044 (5 taps), same run:
   126 -> 59 us.
 The patch write indexes one flat view of the output the same way (2x faster than a view per
 patch row), a few patches at a time into a cache-resident stage that is then streamed out
@@ -42,10 +42,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from vlm_fastpath._numba_int32 import mad32, shift_to_byte
-from vlm_fastpath._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
+from ._numba_int32 import mad32, shift_to_byte
+from ._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
+from .pillow_coeffs import PRECISION_BITS
 
-_SHIFT = 22  # PRECISION_BITS of Pillow's Resample.c
+_SHIFT = PRECISION_BITS  # Pillow's fixed-point precision (Resample.c)
 _HALF = 1 << (_SHIFT - 1)
 
 _ONE = np.uint64(1)
@@ -102,7 +103,7 @@ def _horizontal_columns(cols, stride, xmin, xw, shift, acc, out):  # noqa: ANN00
     contiguous run of ``stride`` bytes, so the three columns of a pixel are one line of
     ``3*stride`` bytes, and each tap is one multiply-add over such a line (all three channels
     of a pixel share the tap's weight), which the loop vectorizer turns into SIMD: the sweeps
-    of :func:`_vertical`. ``shift``: the weights' fixed-point precision (Pillow's 22; torch's
+    of :func:`vertical_row`. ``shift``: the weights' fixed-point precision (Pillow's 22; torch's
     int16 taps carry their own); each sum starts at half an LSB."""
     taps = xw.shape[1]
     sh = np.int32(shift)
@@ -276,7 +277,7 @@ def _finish(acc, sh, dst):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, nogil=True)
-def _vertical(lines, first, count, weights, ring, acc, dst, shift=_SHIFT):  # noqa: ANN001, ANN202, PLR0913
+def vertical_row(lines, first, count, weights, ring, acc, dst, shift=_SHIFT):  # noqa: ANN001, ANN202, PLR0913
     """One output row of the vertical pass over rows ``first .. first+count`` of ``lines``
     (slot ``row % ring`` when ``ring`` > 0): the 8-bit passes' sum (half an LSB plus each
     weight times its row, in int32), shifted right by ``shift`` (the weights' precision:
@@ -419,12 +420,12 @@ def resize_patchify_band(  # noqa: ANN201, PLR0913, PLR0912
                     _resample_rows(src, cs, done - top, count_b, xmin, xw, _SHIFT, cols, hcols,
                                    acc_h, ring, done, slots, spare)
                     done += count_b
-                _vertical(ring, ymin[y], ycnt[y], yw[y], slots, acc, rows[r])
+                vertical_row(ring, ymin[y], ycnt[y], yw[y], slots, acc, rows[r])
         elif need_h and count > 0:
             if need_v:  # vertical first: these rows' vertical pass, then across them
                 for r in range(count):
                     y = y0 + r
-                    _vertical(src, ymin[y] - top, ycnt[y], yw[y], 0, acc, vrows[r])
+                    vertical_row(src, ymin[y] - top, ycnt[y], yw[y], 0, acc, vrows[r])
                 _resample_rows(vrows, cs, 0, count, xmin, xw, _SHIFT, cols, hcols, acc_h, rows,
                                0, made, spare)
             else:
@@ -433,7 +434,7 @@ def resize_patchify_band(  # noqa: ANN201, PLR0913, PLR0912
         elif need_v:
             for r in range(count):
                 y = y0 + r
-                _vertical(src, ymin[y] - top, ycnt[y], yw[y], 0, acc, wide)
+                vertical_row(src, ymin[y] - top, ycnt[y], yw[y], 0, acc, wide)
                 _compact(wide, cs, rows[r])
         else:
             for r in range(count):

@@ -11,7 +11,7 @@ A call goes to the original processor, unchanged, when the patch that made the t
 longer applied, when it asks for a device other than the CPU (SGLang's GPU preprocessing), or
 when it passes a keyword our processor does not reproduce; a setting or input ours rejects is
 answered by the original too (its own result or its own error), and an unexpected fault in
-ours is contained (:mod:`vlm_fastpath.patches.containment`).
+ours is contained (:mod:`vlm_fastpath.patches.core.containment`).
 
 Engine-neutral: imported lazily by the vLLM and SGLang patches' ``apply``.
 """
@@ -25,15 +25,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ...._log import get_logger
-from ...containment import call_contained
+from ..._log import get_logger
+from ...qwen_integration.hf_config import SUPPORTED_CLASSES
+from ..core.containment import call_contained
 
 logger = get_logger("vlm_fastpath.patches")
 
-# Image processor classes we mirror (transformers 5.x names; ``Fast`` is the older spelling).
-MIRRORED_CLASSES = frozenset(
-    {"Qwen2VLImageProcessor", "Qwen2VLImageProcessorPil", "Qwen2VLImageProcessorFast"}
-)
 # Methods whose replacement (e.g. SGLang's AMX ``_preprocess`` on some CPUs) changes the bytes.
 _PIXEL_METHODS = ("preprocess", "_preprocess", "resize", "patchify", "_further_process_kwargs")
 # Per-call keywords ours honours (settings) or that change nothing in the output (plumbing).
@@ -151,7 +148,7 @@ _TWINS: dict[int, tuple[Any, str]] = {}
 def why_not_mirrored(hf_processor: Any, check: Callable[..., str | None] | None = None) -> str:
     """Empty when ours reproduces ``hf_processor`` exactly, else the reason (runs the probes)."""
     name = type(hf_processor).__name__
-    if name not in MIRRORED_CLASSES:
+    if name not in SUPPORTED_CLASSES:
         return f"image processor {name} is not one vlm-fastpath mirrors"
     foreign = _foreign_method(hf_processor)
     if foreign:
@@ -254,7 +251,7 @@ def forget_views() -> None:
 def note_stand_aside(patch: str, what: str, reason: str) -> None:
     """Put a run-time stand-aside decision in the patch's status reason (doctor, status())."""
     try:
-        from ...registry import REGISTRY
+        from ..core.registry import REGISTRY
 
         REGISTRY.note_stand_aside(patch, what, reason)
     except Exception:  # noqa: BLE001 - reporting must never fail a request

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from vlm_fastpath.kimi_integration.tap_windows import pad_windows
+from .tap_windows import pad_windows
 
 _A = -0.5  # Keys' cubic, as torch's (and Pillow's) bicubic
 

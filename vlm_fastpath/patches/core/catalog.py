@@ -7,6 +7,8 @@ checked by the registry. Listed explicitly so discovery imports nothing else.
 
 from __future__ import annotations
 
+import importlib
+
 PATCH_FOLDERS: tuple[str, ...] = (
     "vlm_fastpath.patches.vllm.kimi_processor",
     "vlm_fastpath.patches.vllm.device_normalize",
@@ -22,3 +24,9 @@ PATCH_FOLDERS: tuple[str, ...] = (
     "vlm_fastpath.patches.sglang.qwen_vl_processor",
     "vlm_fastpath.patches.sglang.fast_image_decode",
 )
+
+
+def patch_modules(folder: str) -> tuple[str, ...]:
+    """The patch modules of one folder, in the order its ``__init__`` lists them."""
+    package = importlib.import_module(folder)
+    return tuple(f"{folder}.{name}" for name in getattr(package, "PATCH_MODULES", ()))

@@ -1,1 +1,0 @@
-"""Test-only helpers shared by the suites and the repository benchmarks (never shipped)."""

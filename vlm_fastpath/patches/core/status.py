@@ -1,0 +1,50 @@
+"""What the registry reports: a patch's status before ``apply()`` decides it, and the log.
+
+:func:`preview` answers ``status()`` for a patch still pending with the same first steps
+``apply()`` decides by (:func:`.decisions.precheck`), so the two never disagree;
+:func:`log_outcomes` writes one INFO line per batch of new outcomes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .base import Patch, PatchResult, PatchStatus
+from .decisions import precheck
+from .engine_versions import engine_version
+
+
+def preview(patch: Patch, result: PatchResult) -> PatchResult:
+    """The status of a pending, undecided ``patch`` (``result``: its stored one) as of now."""
+    early = precheck(patch, None)
+    if early is not None and (
+        early.status is not PatchStatus.PENDING or early.engine_version is None
+    ):
+        return early  # disabled, trigger absent from this release, or engine not installed
+    shown = early or PatchResult(
+        patch.name, patch.engine, PatchStatus.PENDING,
+        "not decided yet: the next apply() decides", engine_version(patch.engine),
+    )
+    if result.reason:
+        shown.reason = result.reason  # e.g. "reverted with ..."
+    return shown
+
+
+def log_outcomes(logger: logging.Logger, logged: set[tuple[str, str]],
+                 changed: list[PatchResult]) -> None:
+    """One INFO line per batch naming each outcome not yet logged in this process."""
+    groups: dict[str, list[str]] = {}
+    for result in changed:
+        key = (result.name, result.status.value)
+        if key in logged:
+            continue
+        logged.add(key)
+        label = result.name
+        if result.status is not PatchStatus.APPLIED and result.reason:
+            label = f"{result.name} ({result.reason})"
+        groups.setdefault(result.status.value, []).append(label)
+    if not groups:
+        return
+    text = "; ".join(f"{status}: {', '.join(names)}" for status, names in groups.items())
+    logger.info("vlm_fastpath (pid %d): %s", os.getpid(), text)
