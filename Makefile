@@ -40,6 +40,7 @@ bench: venv
 	$(BENCH_ENV)/bin/python -m benchmarks.qwen_preprocess
 	$(BENCH_ENV)/bin/python -m benchmarks.vllm_qwen_processor
 	$(BENCH_ENV)/bin/python -m benchmarks.qwen_video
+	$(BENCH_ENV)/bin/python -m benchmarks.decode
 
 $(BENCH_STAMP): ci/bench-requirements.txt
 	$(BENCH_ENV)/bin/pip install -q -r ci/bench-requirements.txt

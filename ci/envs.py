@@ -176,6 +176,8 @@ def build(name: str) -> Path:
 
 
 VERIFIED = ROOT / "vlm_fastpath/patches/core/verified.json"
+# The decode extra's pinned libraries, installed beside the wheel (``installed_package``).
+DECODE_PINS = "ci/decode-requirements.txt"
 
 
 def _sources_hash(data: bool = True) -> str:
@@ -183,6 +185,7 @@ def _sources_hash(data: bool = True) -> str:
     verified.json), which the sweep itself writes, so its own result keys leave it out."""
     digest = hashlib.sha256()
     files = [ROOT / "pyproject.toml", ROOT / "setup.py", ROOT / "vlm_fastpath.pth"]
+    files += [p for p in (ROOT / DECODE_PINS,) if p.exists()]
     files += sorted((ROOT / "vlm_fastpath").rglob("*.py"))
     if data and VERIFIED.exists():
         files.append(VERIFIED)
@@ -233,7 +236,9 @@ def installed_package(name: str) -> Path:
     env after every source change (~25 s each, about 30 envs in ``make test``). Envs over the
     same root env share numba and numpy, so they share the copy and its kernel cache; a fresh
     clone of the same code finds it installed. Its site-packages holds what ``pip install``
-    puts there (the package, its .pth bootstrap, its dist-info with the entry points).
+    puts there (the package, its .pth bootstrap, its dist-info with the entry points), and the
+    ``decode`` extra's libraries at their pinned versions (``ci/decode-requirements.txt``; their
+    only dependency, numpy, is the root env's).
     """
     sources = _sources_hash()
     root = _root_env(name)
@@ -252,7 +257,7 @@ def installed_package(name: str) -> Path:
         log.unlink(missing_ok=True)
         _run([str(build(root) / "bin/python"), "-m", "pip", "install", "-q", "--no-deps",
               "--no-warn-script-location", "--target", str(target / "site-packages"),
-              str(whl)], log)
+              str(whl), "-r", str(ROOT / DECODE_PINS)], log)
         (target / COMPLETE).write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
     return target
 

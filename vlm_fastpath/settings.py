@@ -29,6 +29,8 @@ VARIABLES: dict[str, str] = {
     "for the process (default 3)",
     "VLM_FASTPATH_BUFFER_POOL_MB": "MiB of freed processor outputs kept for reuse (default 512; "
     "0 keeps none)",
+    "VLM_FASTPATH_FAST_DECODE": "exact fast image decoding: 1 (default: verified rows measured "
+    "faster), all (every verified row, JPEG too) or 0 (Pillow only)",
 }
 
 DEFAULT_FAULT_LIMIT = 3

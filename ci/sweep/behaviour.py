@@ -18,6 +18,10 @@ _QWEN_VLLM = (
     "test_qwen_processor.py::test_engine_hands_out_ours_and_outputs_are_equal",
     "test_qwen_processor.py::test_float32_and_device_normalize_paths",
 )
+_QWEN_VIDEO_VLLM = (
+    "test_qwen_video_processor.py::test_engine_hands_out_ours_and_outputs_are_equal",
+    "test_qwen_video_processor.py::test_float32_and_device_normalize",
+)
 _IPC_KIMI = (
     "test_ipc_deferral.py::test_thousand_requests_owner_only_and_every_slot_released_once",
     "test_ipc_deferral.py::test_tp_by_images_copy_counts",
@@ -42,9 +46,16 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
         "test_image_loader.py::test_every_bad_image_is_a_value_error",
         "test_image_loader.py::test_good_image_is_the_releases",
     ),
+    "vllm-fast-image-decode": (
+        "test_fast_image_decode.py::test_load_bytes_is_the_releases",
+        "test_fast_image_decode.py::test_bad_input_is_the_releases",
+    ),
     "vllm-qwen2-vl-processor": _QWEN_VLLM,
     "vllm-qwen2-5-vl-processor": _QWEN_VLLM,
     "vllm-qwen3-vl-processor": _QWEN_VLLM,
+    "vllm-qwen2-vl-video-processor": _QWEN_VIDEO_VLLM,
+    "vllm-qwen2-5-vl-video-processor": _QWEN_VIDEO_VLLM,
+    "vllm-qwen3-vl-video-processor": _QWEN_VIDEO_VLLM,
     # SGLang
     "sglang-batched-feature-h2d": ("test_mm_utils_h2d.py",),
     "sglang-vectorized-mm-grid-counts": ("test_grid_counts.py",),
@@ -66,6 +77,10 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
         "test_encoder_dp_resize.py::test_four_same_shape_images_share_one_interpolate",
     ),
     "sglang-kimi-k25-fused-cpu-processor": ("test_kimi_processor.py",),
+    "sglang-fast-image-decode": (
+        "test_fast_image_decode.py::test_load_image_is_the_releases",
+        "test_fast_image_decode.py::test_bad_input_is_the_releases",
+    ),
     "sglang-kimi-k25-deferred-sender": (
         "test_deferred_kimi_k25.py::test_tower_receives_eager_pixels",
         "test_deferred_kimi_k25.py::test_payload_bytes_4x1536x1024",
@@ -81,6 +96,9 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
         "test_deferred_kimi_k3.py::test_tower_receives_eager_pixels",),
     "sglang-qwen-vl-cpu-image-processor": (
         "test_qwen_processor.py::test_cpu_path_uses_ours_with_equal_outputs",
+    ),
+    "sglang-qwen-vl-cpu-video-processor": (
+        "test_qwen_video_processor.py::test_video_request_uses_ours_with_equal_outputs",
     ),
 }
 

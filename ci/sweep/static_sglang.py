@@ -99,6 +99,7 @@ MMM = "sglang.srt.multimodal.mm_utils"
 QWEN25 = "sglang.srt.models.qwen2_5_vl"
 QWEN3 = "sglang.srt.models.qwen3_vl"
 QWEN_PROC = "sglang.srt.multimodal.processors.qwen_vl"
+COMMON = "sglang.srt.utils.common"
 K3 = "sglang.srt.models.kimi_k3"
 K3_PROC = "sglang.srt.multimodal.processors.kimi_k3"
 K3_UP = "sglang.srt.multimodal.kimi_k3_image_processing"
@@ -143,6 +144,9 @@ def facts(r: Release) -> dict[str, object]:
     f["qwen_processor_marks_ipc"] = "DEFER_CUDA_IPC_FEATURE_RECONSTRUCTION_KEY" in (
         r.text(QWEN_PROC) or "")
     f["qwen_vl_image_processor"] = r.klass(QWEN_PROC, "QwenVLImageProcessor") is not None
+    load = r.source(COMMON, r.func(COMMON, "_load_image"))
+    f["cpu_load_opens_then_fully_loads"] = bool(r.func(COMMON, "_fully_load_pil_image")) and (
+        0 <= load.find("Image.open(BytesIO(") < load.find("_fully_load_pil_image(image)"))
     wrapper = r.klass(KIMI_PROC, "KimiGPUProcessorWrapper")
     f["kimi_wrapper"] = wrapper is not None
     f["kimi_wrapper_cpu_call"] = r.func(KIMI_PROC, "_cpu_call", cls="KimiGPUProcessorWrapper") \
@@ -320,10 +324,22 @@ for _name, _trig in (("sglang-kimi-k3-deferred-owner", K3),
         (lambda f: None if f["k3_wrapper"] else "no KimiK3GPUProcessorWrapper")
         if _trig == K3_PROC else None, (),
         lambda f: "K3 preprocessed eagerly in the tokenizer (no DEFERRED_PREPROCESSING_KEY)")
+RULES["sglang-fast-image-decode"] = Rule(
+    COMMON, None,
+    lambda f: None if f["cpu_load_opens_then_fully_loads"] else (
+        "_load_image does not open with Pillow then call _fully_load_pil_image"), (),
+    lambda f: "_load_image opens with Pillow, then _fully_load_pil_image(image) decodes",
+    lambda f: "no _fully_load_pil_image" if not f["cpu_load_opens_then_fully_loads"] else "")
 RULES["sglang-qwen-vl-cpu-image-processor"] = Rule(
     QWEN_PROC, None,
     lambda f: None if f["qwen_vl_image_processor"] else "no QwenVLImageProcessor", (),
     lambda f: "QwenVLImageProcessor runs transformers' processor on the CPU path")
+
+RULES["sglang-qwen-vl-cpu-video-processor"] = Rule(
+    QWEN_PROC, None,
+    lambda f: None if f["qwen_vl_image_processor"] else "no QwenVLImageProcessor",
+    ("sglang-qwen-vl-cpu-image-processor",),
+    lambda f: "QwenVLImageProcessor runs transformers' video processor on the CPU path")
 
 
 def statuses(r: Release, f: dict, specs: dict[str, str]) -> list[tuple[str, str, str]]:

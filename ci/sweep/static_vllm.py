@@ -44,6 +44,12 @@ QWEN = {  # patch -> (module, ProcessingInfo class)
                                   "Qwen2_5_VLProcessingInfo"),
     "vllm-qwen3-vl-processor": ("vllm.model_executor.models.qwen3_vl", "Qwen3VLProcessingInfo"),
 }
+# patch -> the image patch it requires (same ProcessingInfo class, same versions)
+QWEN_VIDEO = {
+    "vllm-qwen2-vl-video-processor": "vllm-qwen2-vl-processor",
+    "vllm-qwen2-5-vl-video-processor": "vllm-qwen2-5-vl-processor",
+    "vllm-qwen3-vl-video-processor": "vllm-qwen3-vl-processor",
+}
 FUSED_CLS = "KimiK25FusedVisionProcessor"
 # What FastpathKimiVisionProcessor (vlm_fastpath/patches/adapters/kimi_vision.py)
 # answers; vLLM calling anything else on its image processor does not fit our adapter.
@@ -246,6 +252,10 @@ def facts(r: Release) -> dict[str, object]:
     f["load_bytes_catches"] = except_types(load) if load else None
     f["load_bytes_names_DecompressionBombError"] = "DecompressionBombError" in r.source(
         MEDIA_IMAGE, load)
+    text = r.source(MEDIA_IMAGE, load)
+    opened = max(text.find("open_image("), text.find("Image.open("))
+    f["load_bytes_opens_normalizes_loads"] = r.binds(MEDIA_IMAGE, "normalize_image") and (
+        0 <= opened < text.find("normalize_image(image)") < text.find("image.load()"))
 
     # model_executor/models/qwen*_vl.py: ProcessingInfo.get_hf_processor
     for module, cls in QWEN.values():
@@ -469,6 +479,16 @@ def _qwen(patch: str) -> Rule:
     )
 
 
+def _qwen_video(patch: str) -> Rule:
+    """The image patch's rule (the video patch wraps the same ``get_hf_processor``)."""
+    image = _qwen(QWEN_VIDEO[patch])
+    return Rule(
+        trigger=image.trigger, not_needed=image.not_needed, failed=image.failed,
+        misfit=image.misfit, note=image.note,
+        applies=lambda f: f"{image.applies(f)}; its video processor is the twin",
+    )
+
+
 RULES: dict[str, Rule] = {
     "vllm-processor-cls-overrides": Rule(
         trigger=PROCESSOR,
@@ -530,7 +550,19 @@ RULES: dict[str, Rule] = {
         applies=_load_bytes_applies,
         note=lambda f: _load_bytes_misfit(f) or "",
     ),
+    "vllm-fast-image-decode": Rule(
+        trigger=MEDIA_IMAGE,
+        not_needed=lambda f: None if f["image_io_defines_load_bytes"] else (
+            "media/image.py: no ImageMediaIO.load_bytes"),
+        failed=lambda f: None if f["load_bytes_opens_normalizes_loads"] else (
+            "media/image.py: load_bytes does not open, normalize_image(image), then load"),
+        applies=lambda f: ("media/image.py: load_bytes opens, then normalize_image(image) "
+                           "decodes"),
+        note=lambda f: "" if f["load_bytes_opens_normalizes_loads"] else (
+            "media/image.py: load_bytes does not call normalize_image on the opened image"),
+    ),
     **{name: _qwen(name) for name in QWEN},
+    **{name: _qwen_video(name) for name in QWEN_VIDEO},
 }
 
 
@@ -538,8 +570,9 @@ def statuses(r: Release, f: dict, specs: dict[str, dict]) -> list[tuple[str, str
     version = str(f["version"])
     decided: dict[str, str] = {}
     rows: list[tuple[str, str, str]] = []
-    # requires_any patches last, so the patches they need are decided first
-    for name in sorted(specs, key=lambda n: (bool(specs[n].get("requires_any")), n)):
+    # patches with dependencies last, so the patches they need are decided first
+    for name in sorted(specs, key=lambda n: (
+            bool(specs[n].get("requires_any") or specs[n].get("requires")), n)):
         rule, spec = RULES.get(name), specs[name]
         if rule is None:
             rows.append((name, "?", "no rule in static_vllm.py for this patch"))
@@ -555,6 +588,8 @@ def statuses(r: Release, f: dict, specs: dict[str, dict]) -> list[tuple[str, str
             reason = f"outside {spec['versions']}" + (f"; {note}" if note else "")
         elif any_of and not any(decided.get(d) == "applied" for d in any_of):
             status, reason = "not-needed", f"none of {', '.join(any_of)} applied"
+        elif unmet := [d for d in spec.get("requires") or () if decided.get(d) != "applied"]:
+            status, reason = "not-needed", f"requires {', '.join(unmet)}"
         elif rule.not_needed and (why := rule.not_needed(f)):
             status, reason = "not-needed", why
         elif rule.failed and (why := rule.failed(f)):

@@ -28,6 +28,7 @@ SGLANG_MODULES = (
     "sglang.srt.models.qwen3_vl",
     "sglang.srt.models.qwen3_vl_moe",
     "sglang.srt.multimodal.processors.qwen_vl",
+    "sglang.srt.utils.common",
 )
 
 H2D = "sglang-batched-feature-h2d"
@@ -101,6 +102,13 @@ for _version, _status in (("0.5.12.post1", "applied"), ("0.5.15.post1", "applied
                           ("0.5.17", "unsupported-version"), ("0.5.23", "unsupported-version")):
     EXPECTED[_version][SDPA] = _status
 
+
+# exact fast decoding on the CPU path: 0.5.19+, with the codec libraries of vlm-fastpath[decode]
+from vlm_fastpath.imaging.decode import unavailable_reason  # noqa: E402
+
+for _version in EXPECTED:
+    EXPECTED[_version]["sglang-fast-image-decode"] = "unsupported-version" if (
+        _version != "0.5.23") else ("stood-aside" if unavailable_reason() else "applied")
 
 # our Qwen-VL image processor on the CPU preprocessing path: every pinned release
 for _version in EXPECTED:

@@ -10,11 +10,14 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from vlm_fastpath.imaging.decode import unavailable_reason
+
 REPO = Path(__file__).resolve().parents[3]
 FUSED_UPSTREAM = Version("0.25")
 UINT8_UPSTREAM = Version("0.32")  # vLLM normalizes Kimi pixels on the device itself
 MAX_SEQLEN_UPSTREAM = Version("0.23")  # MoonViT max_seqlen on the host
 LOADER_UPSTREAM = Version("0.34")  # ImageMediaIO.load_bytes turns a bomb into a ValueError
+FAST_DECODE_FROM = Version("0.24")  # load_bytes normalizes the opened image (exact fast decode)
 OURS = "vlm_fastpath.patches.adapters.kimi_vision.FastpathKimiVisionProcessor"
 # The probes import no Qwen-VL module: those patches wait for it (tests/engines/vllm/
 # test_qwen_processor.py covers them applied).
@@ -43,6 +46,8 @@ def _expected(version: Version) -> dict[str, str]:
     device_normalize = "upstream" if version >= UINT8_UPSTREAM else "applied"
     moonvit = "upstream" if version >= MAX_SEQLEN_UPSTREAM else "applied"
     loader = "upstream" if version >= LOADER_UPSTREAM else "applied"
+    fast_decode = "unsupported-version" if version < FAST_DECODE_FROM else (
+        "stood-aside" if unavailable_reason() else "applied")
     if version >= FUSED_UPSTREAM:
         return {
             "vllm-processor-cls-overrides": "upstream",
@@ -51,6 +56,7 @@ def _expected(version: Version) -> dict[str, str]:
             "vllm-kimi-device-normalize": device_normalize,
             "vllm-moonvit-max-seqlen": moonvit,
             "vllm-image-loader-client-errors": loader,
+            "vllm-fast-image-decode": fast_decode,
             **QWEN_PENDING,
         }
     return {
@@ -60,6 +66,7 @@ def _expected(version: Version) -> dict[str, str]:
         "vllm-kimi-device-normalize": device_normalize,
         "vllm-moonvit-max-seqlen": moonvit,
         "vllm-image-loader-client-errors": loader,
+        "vllm-fast-image-decode": fast_decode,
         **QWEN_PENDING,
     }
 

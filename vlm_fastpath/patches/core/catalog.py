@@ -16,6 +16,7 @@ PATCH_FOLDERS: tuple[str, ...] = (
     "vlm_fastpath.patches.vllm.image_loader",
     "vlm_fastpath.patches.vllm.qwen_vl_processor",
     "vlm_fastpath.patches.vllm.qwen_vl_video",
+    "vlm_fastpath.patches.vllm.fast_image_decode",
     "vlm_fastpath.patches.sglang.batched_h2d",
     "vlm_fastpath.patches.sglang.vision_max_seqlen",
     "vlm_fastpath.patches.sglang.encoder_dp_ipc",
@@ -23,6 +24,7 @@ PATCH_FOLDERS: tuple[str, ...] = (
     "vlm_fastpath.patches.sglang.deferred_preprocessing",
     "vlm_fastpath.patches.sglang.qwen_vl_processor",
     "vlm_fastpath.patches.sglang.qwen_vl_video",
+    "vlm_fastpath.patches.sglang.fast_image_decode",
 )
 
 

@@ -1,0 +1,200 @@
+"""Decoding: vlm_fastpath.imaging.decode against Pillow, alone and from bytes to pixel_values.
+
+1. Decode alone, per format and size (1024², 2048², 4032x3024): ``decode_bytes`` (the layer
+   the patches use: Pillow opens, a verified codec library decodes) against Pillow's
+   ``Image.open`` + ``load``. Targets (issue #30), each the median over the three sizes:
+   JPEG >= 1.2x, PNG >= 1.3x, WebP >= 1.3x.
+2. Bytes to pixel_values: vLLM's own ``ImageMediaIO.load_bytes`` with the patch
+   ``vllm-fast-image-decode`` applied and reverted (when vLLM imports here; else the same
+   steps spelled out: open, EXIF transpose, load, RGB), feeding our ``FusedKimiProcessor``
+   (Kimi K2.5) and ``FastQwen2VLImageProcessor`` (Qwen2.5-VL, from transformers'
+   torchvision processor).
+Same process, calls of the two sides alternated, medians; every row checks exactness (pixels
+equal; ``torch.equal`` on pixel_values). ``first ms`` is the first call of ours (library import
+included). Every verified row is timed (``VLM_FASTPATH_FAST_DECODE=all``), JPEG's too, which
+is exact but not used by default (``verified.py``: not faster once in a Pillow image).
+Run: ``python -m benchmarks.decode [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from benchmarks.decode_libraries import encode, photo_like
+from vlm_fastpath.imaging import decode
+
+SIZES = ((1024, 1024), (2048, 2048), (4032, 3024))
+TARGETS = {"jpeg": 1.2, "png": 1.3, "webp": 1.3}
+KIMI_K25 = {
+    "patch_size": 14, "merge_kernel_size": [2, 2], "in_patch_limit": 16384,
+    "patch_limit_on_one_side": 512, "fixed_output_tokens": None,
+    "in_patch_limit_each_frame": 4096, "in_patch_limit_video": None,
+    "temporal_merge_kernel_size": 4, "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+}
+QWEN25_VL = {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14,
+             "temporal_patch_size": 2, "merge_size": 2}
+
+
+def pillow_decode(data: bytes) -> Image.Image:
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
+
+
+def paired(a: Callable[[], Any], b: Callable[[], Any], repeats: int) -> tuple[float, float]:
+    """Median seconds of ``a`` and ``b``, calls alternated so load noise hits both alike."""
+    ta, tb = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a()
+        t1 = time.perf_counter()
+        b()
+        t2 = time.perf_counter()
+        ta.append(t1 - t0)
+        tb.append(t2 - t1)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def inputs(quick: bool) -> list[tuple[str, str, bytes]]:
+    """(format, label, bytes): photo-like JPEG q90 / PNG / WebP q80 per size, and a photo."""
+    sizes = SIZES[:1] if quick else SIZES
+    out = []
+    for i, (w, h) in enumerate(sizes):
+        rgb = photo_like(w, h, 100 + i)
+        label = f"{w}x{h}"
+        out.append(("jpeg", label, encode(rgb, "JPEG", quality=90)))
+        out.append(("png", label, encode(rgb, "PNG")))
+        out.append(("webp", label, encode(rgb, "WEBP", quality=80)))
+    if not quick:
+        try:
+            from skimage import data as skdata
+
+            photo = Image.fromarray(skdata.chelsea()).resize((4032, 3024),
+                                                            Image.Resampling.LANCZOS)
+            out.append(("jpeg", "4032x3024 photo", encode(np.asarray(photo), "JPEG",
+                                                          quality=92)))
+        except ImportError:
+            pass
+    return out
+
+
+def decode_rows(items: list[tuple[str, str, bytes]], repeats: int) -> list[dict]:
+    rows = []
+    for fmt, label, data in items:
+        t0 = time.perf_counter()
+        ours = decode.decode_bytes(data)
+        first = time.perf_counter() - t0
+        exact = ours.tobytes() == pillow_decode(data).tobytes()
+        t_ours, t_pil = paired(lambda d=data: decode.decode_bytes(d),
+                               lambda d=data: pillow_decode(d), repeats)
+        rows.append(dict(fmt=fmt, size=label, mb=len(data) / 1e6, pillow_ms=t_pil * 1e3,
+                         ours_ms=t_ours * 1e3, first_ms=first * 1e3, speedup=t_pil / t_ours,
+                         exact=exact))
+    return rows
+
+
+def _loaders() -> tuple[str, Callable[[bytes], Image.Image], Callable[[bytes], Image.Image]]:
+    """(name, ours, theirs): bytes -> the RGB image the engine's loader hands on."""
+    try:
+        import vllm.multimodal.media.image as media
+
+        import vlm_fastpath
+
+        patch = "vllm-fast-image-decode"
+        vlm_fastpath.apply("vllm", [patch])
+        status = next(r for r in vlm_fastpath.status("vllm") if r["name"] == patch)
+        if status["status"] != "applied":
+            raise ImportError(status["reason"])
+        fast_normalize = media.normalize_image
+        own_normalize = fast_normalize.__vlm_fastpath_original__
+        io_obj = media.ImageMediaIO()
+
+        def load_with(normalize: Any) -> Callable[[bytes], Image.Image]:
+            def load(data: bytes) -> Image.Image:
+                media.normalize_image = normalize  # one thread: switch the patched global
+                return io_obj.load_bytes(data).media
+            return load
+
+        return ("vLLM ImageMediaIO.load_bytes", load_with(fast_normalize),
+                load_with(own_normalize))
+    except ImportError:
+        def steps(open_and_load: Callable[[bytes], Image.Image]) -> Callable[[bytes], Any]:
+            return lambda data: ImageOps.exif_transpose(open_and_load(data)).convert("RGB")
+
+        return ("open+exif_transpose+load+RGB", steps(decode.decode_bytes),
+                steps(pillow_decode))
+
+
+def pipeline_rows(items: list[tuple[str, str, bytes]], repeats: int) -> tuple[str, list[dict]]:
+    import torch
+    from transformers import Qwen2VLImageProcessor
+
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor
+    from vlm_fastpath.qwen_integration import FastQwen2VLImageProcessor
+
+    kimi = FusedKimiProcessor(KIMI_K25)
+    qwen = FastQwen2VLImageProcessor.from_hf(Qwen2VLImageProcessor(**QWEN25_VL))
+    processors = {
+        "kimi": lambda img: kimi.preprocess([{"type": "image", "image": img}])["pixel_values"],
+        "qwen": lambda img: qwen(images=[img], return_tensors="pt")["pixel_values"],
+    }
+    loader_name, ours_load, their_load = _loaders()
+    rows = []
+    for fmt, label, data in items:
+        for model, proc in processors.items():
+            exact = torch.equal(proc(ours_load(data)), proc(their_load(data)))
+            t_ours, t_pil = paired(lambda d=data, p=proc: p(ours_load(d)),
+                                   lambda d=data, p=proc: p(their_load(d)), repeats)
+            rows.append(dict(model=model, fmt=fmt, size=label, pillow_ms=t_pil * 1e3,
+                             ours_ms=t_ours * 1e3, speedup=t_pil / t_ours, exact=exact))
+    return loader_name, rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    import os
+
+    os.environ[decode.ENV_SWITCH] = "all"
+    print(f"Pillow {Image.__version__}; fast decoders: {decode.available() or 'none'}"
+          + (f" ({decode.unavailable_reason()})" if decode.unavailable_reason() else ""))
+    items = inputs(args.quick)
+
+    rows = decode_rows(items, args.repeats)
+    print("\n## Decode alone (ours = vlm_fastpath.imaging.decode.decode_bytes)\n")
+    print("| format | size | MB | Pillow ms | ours ms | first ms | speed-up | exact |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['fmt']} | {r['size']} | {r['mb']:.2f} | {r['pillow_ms']:.1f} | "
+              f"{r['ours_ms']:.1f} | {r['first_ms']:.1f} | {r['speedup']:.2f}x | {r['exact']} |")
+    print("\n| format | median speed-up over sizes | target | met |\n|---|---|---|---|")
+    for fmt, target in TARGETS.items():
+        ups = [r["speedup"] for r in rows if r["fmt"] == fmt and "photo" not in r["size"]]
+        if ups:
+            med = statistics.median(ups)
+            print(f"| {fmt} | {med:.2f}x | {target}x | {'yes' if med >= target else 'NO'} |")
+
+    loader, prows = pipeline_rows(items, max(3, args.repeats // 2))
+    print(f"\n## Bytes to pixel_values (loader: {loader}, with vs without fast decoding)\n")
+    print("| model | format | size | Pillow decode ms | our decode ms | speed-up | torch.equal |")
+    print("|---|---|---|---|---|---|---|")
+    for r in prows:
+        print(f"| {r['model']} | {r['fmt']} | {r['size']} | {r['pillow_ms']:.1f} | "
+              f"{r['ours_ms']:.1f} | {r['speedup']:.2f}x | {r['exact']} |")
+    if not all(r["exact"] for r in rows + prows):
+        raise SystemExit("NOT EXACT: a row above differs from Pillow's")
+
+
+if __name__ == "__main__":
+    main()

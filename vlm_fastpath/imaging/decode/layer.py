@@ -1,0 +1,213 @@
+"""Exact decoding: an image Pillow opened, decoded by a proven codec library, or not at all.
+
+``decode_opened`` takes what ``Image.open`` returned (the engine opens it: its format
+allowlist, ``MAX_IMAGE_PIXELS`` and decompression-bomb checks, its errors) and answers the
+image Pillow's ``load()`` would give -- same mode, size, pixels and ``info`` -- or None, and
+the caller lets Pillow decode. None also when the fast decoder raises or hands back another
+shape: the engine then meets Pillow's own behaviour on that input, errors included.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from typing import Any
+
+import numpy as np
+from PIL import Image, features
+
+from . import codecs, variants, verified
+
+ENV_SWITCH = "VLM_FASTPATH_FAST_DECODE"  # "0": off; "all": also exact-but-not-faster rows
+_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
+_CODEC_NAMES = ("libjpeg_turbo", "zlib_ng", "webp")
+# A per-thread scratch array the library decodes into, kept up to this size: reusing it spares
+# the page faults of a fresh allocation per image (the pixels are then copied into the Pillow
+# image, whose memory Pillow allocates as it does for its own decode).
+SCRATCH_KEEP_BYTES = 64 << 20
+_SCRATCH = threading.local()
+
+
+def enabled() -> bool:
+    return _switch() not in ("0", "false", "no", "off")
+
+
+def _switch() -> str:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower()
+
+
+def _pillow_codecs() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for name in _CODEC_NAMES:
+        try:
+            found[name] = features.version(name)
+        except Exception:  # noqa: BLE001 - an unknown feature is simply not verified
+            found[name] = None
+    return found
+
+
+_DECODERS: dict[str, codecs.Decoder | None] = {}
+_FASTER: dict[str, bool] = {}
+
+
+def decoder_for(variant: str) -> codecs.Decoder | None:
+    """The verified decoder of ``variant`` in this process (exact; maybe not faster), or None."""
+    if variant in _DECODERS:
+        return _DECODERS[variant]
+    found = None
+    library, factory = codecs.ADAPTERS[variant]
+    version = codecs.installed(library)
+    rule = None if version is None else verified.find(
+        variant, library, version, Image.__version__, _pillow_codecs()
+    )
+    if rule is not None:
+        found = factory()
+        _FASTER[variant] = rule.faster
+    _DECODERS[variant] = found
+    return found
+
+
+def _in_use(variant: str) -> codecs.Decoder | None:
+    """``decoder_for``, when its rule is also faster (or the switch says ``all``)."""
+    found = decoder_for(variant)
+    if found is None or _FASTER.get(variant, True) or _switch() == "all":
+        return found
+    return None
+
+
+def available() -> dict[str, str]:
+    """variant -> "library version" of every fast decoder in use in this process."""
+    out = {}
+    for variant in codecs.ADAPTERS:
+        if _in_use(variant) is not None:
+            library = codecs.ADAPTERS[variant][0]
+            out[variant] = f"{library} {codecs.installed(library)}"
+    return out
+
+
+def unavailable_reason() -> str | None:
+    """Why no fast decoder can run here, or None when at least one can."""
+    if not enabled():
+        return f"{ENV_SWITCH}=0"
+    if available():
+        return None
+    libs = sorted({lib for lib, _ in codecs.ADAPTERS.values()})
+    state = ", ".join(f"{lib} {codecs.installed(lib) or 'not installed'}" for lib in libs)
+    return (
+        f"no verified codec library for Pillow {Image.__version__} ({state}); "
+        "install vlm-fastpath[decode]"
+    )
+
+
+def _source_bytes(image: Image.Image) -> bytes | None:
+    """The encoded bytes of an image opened from an in-memory buffer and not yet loaded."""
+    fp = getattr(image, "fp", None)
+    if not isinstance(fp, io.BytesIO) or getattr(image, "_im", True) is not None:
+        return None
+    if getattr(image, "tell", lambda: 0)() != 0:
+        return None
+    return fp.getvalue()
+
+
+def decode_opened(image: Any) -> Image.Image | None:
+    """What ``image.load()`` would make of ``image``, decoded fast; None: let Pillow do it."""
+    if not enabled() or not isinstance(image, Image.Image):
+        return None
+    data = _source_bytes(image)
+    if data is None:
+        return None
+    variant = variants.variant(image, data)
+    if variant is None:
+        return None
+    decode = _in_use(variant)
+    if decode is None:
+        return None
+    width, height = image.size
+    channels = _CHANNELS.get(image.mode)
+    if channels is None or width < 1 or height < 1:
+        return None
+    out = _scratch((height, width) if channels == 1 and variant == "png-8bit" else
+                   (height, width, channels))
+    try:
+        pixels = decode(data, out)
+    except Exception:  # noqa: BLE001 - the library refused it: Pillow decides, errors included
+        return None
+    if not _filled(pixels, out):
+        return None
+    return _as_loaded(image, out, variant)
+
+
+def _scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A C-contiguous uint8 array of ``shape``, this thread's reused one when small enough."""
+    size = int(np.prod(shape))
+    if size > SCRATCH_KEEP_BYTES:
+        return np.empty(shape, np.uint8)
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _SCRATCH.buf = np.empty(size, np.uint8)
+    return buf[:size].reshape(shape)
+
+
+def _filled(pixels: Any, out: np.ndarray) -> bool:
+    """The library wrote ``out`` itself (a view of it, same shape), not an array of its own."""
+    return (
+        isinstance(pixels, np.ndarray)
+        and pixels.dtype == np.uint8
+        and pixels.size == out.size
+        and np.shares_memory(pixels, out)
+        and pixels.__array_interface__["data"][0] == out.__array_interface__["data"][0]
+    )
+
+
+def _as_loaded(image: Image.Image, pixels: np.ndarray, variant: str) -> Image.Image:
+    mode = image.mode
+    # Uninitialised, as Pillow's own load allocates it: no zero fill before the copy.
+    out = Image.new(mode, image.size, None)
+    out.frombytes(pixels, "raw", mode)
+    out.info = dict(image.info)
+    if variant == "webp-still":
+        # What Pillow's WebP load adds for the one frame of a still image.
+        out.info.setdefault("timestamp", 0)
+        out.info.setdefault("duration", 0)
+    out.format = image.format
+    return out
+
+
+def decode_bytes(data: bytes, formats: tuple[str, ...] | list[str] | None = None) -> Image.Image:
+    """``Image.open(BytesIO(data), formats=formats)`` then ``load()``: the same image, faster.
+
+    Errors are Pillow's: opening is Pillow's, and Pillow decodes whatever the fast path
+    declines.
+    """
+    image = Image.open(io.BytesIO(data), formats=formats)
+    fast = decode_opened(image)
+    if fast is not None:
+        return fast
+    image.load()
+    return image
+
+
+def probe_mismatch(open_image: Any) -> str | None:
+    """``behaviour: ...`` unless fast decoding equals Pillow's on small probe images here.
+
+    ``open_image`` is how the engine opens bytes (vLLM's allowlisted ``open_image``, or
+    ``Image.open``); patches call this from their contract before they apply.
+    """
+    rng = np.random.default_rng(30)
+    pixels = rng.integers(0, 256, (19, 23, 4), np.uint8)
+    for fmt, mode in (("JPEG", "RGB"), ("JPEG", "L"), ("PNG", "RGBA"), ("WEBP", "RGB")):
+        buf = io.BytesIO()
+        Image.fromarray(pixels[..., : len(mode)].squeeze(-1) if mode == "L" else
+                        pixels[..., : len(mode)], mode).save(buf, fmt)
+        data = buf.getvalue()
+        ours = decode_opened(open_image(io.BytesIO(data)))
+        if ours is None:
+            continue  # Pillow decodes this variant here
+        ref = open_image(io.BytesIO(data))
+        ref.load()
+        if (ours.mode, ours.size, ours.info) != (ref.mode, ref.size, ref.info) or (
+            ours.tobytes() != ref.tobytes()
+        ):
+            return f"behaviour: the fast {fmt} {mode} decode differs from Pillow's on a probe"
+    return None

@@ -1,0 +1,86 @@
+"""Which variant an opened image is, read from its header only (never its pixel data).
+
+``variant`` answers None for anything the rule table must not see: CMYK/YCCK or RGB-coded
+JPEGs, palette, 16-bit, sub-byte, tRNS or animated PNGs, animated WebPs, every other format.
+PNG also needs its chunk list to end at ``IEND`` with nothing but ``IEND`` after the image
+data: chunks there (``eXIf``, text) are read by Pillow's ``load`` into ``info`` and would make
+the two images' metadata (and EXIF orientation) differ.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from PIL import Image
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_MODES = {0: "L", 2: "RGB", 4: "LA", 6: "RGBA"}  # colour type -> Pillow mode at 8 bits
+_PNG_PIXEL_CHUNKS = frozenset({b"PLTE", b"tRNS", b"acTL", b"fcTL", b"fdAT"})
+
+
+def variant(image: Image.Image, data: bytes) -> str | None:
+    fmt = image.format
+    if fmt == "JPEG":
+        return _jpeg(image, data)
+    if fmt == "PNG":
+        return _png(image, data)
+    if fmt == "WEBP":
+        return _webp(image, data)
+    return None
+
+
+def _jpeg(image: Image.Image, data: bytes) -> str | None:
+    if not data.startswith(b"\xff\xd8") or image.mode not in ("RGB", "L"):
+        return None
+    try:
+        import simplejpeg
+
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except Exception:  # noqa: BLE001 - header the library cannot read: Pillow decodes
+        return None
+    if (width, height) != image.size:
+        return None
+    if image.mode == "RGB" and colorspace == "YCbCr":
+        return "jpeg-ycbcr"
+    if image.mode == "L" and colorspace == "Gray":
+        return "jpeg-gray"
+    return None
+
+
+def _png(image: Image.Image, data: bytes) -> str | None:
+    if not data.startswith(PNG_SIGNATURE) or len(data) < 33 or data[12:16] != b"IHDR":
+        return None
+    width, height, depth, colour, _, _, _ = struct.unpack(">IIBBBBB", data[16:29])
+    if depth != 8 or _PNG_MODES.get(colour) != image.mode or (width, height) != image.size:
+        return None
+    return "png-8bit" if _png_chunks_plain(data) else None
+
+
+def _png_chunks_plain(data: bytes) -> bool:
+    """Chunks walk to ``IEND`` at the end; nothing alters pixels; nothing follows the data."""
+    pos, end = len(PNG_SIGNATURE), len(data)
+    seen_idat = False
+    while pos + 12 <= end:
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        nxt = pos + 12 + length
+        if nxt > end:
+            return False
+        if kind == b"IEND":
+            return seen_idat and nxt == end
+        if kind in _PNG_PIXEL_CHUNKS:
+            return False
+        if kind == b"IDAT":
+            seen_idat = True
+        elif seen_idat:
+            return False  # a chunk after the image data: Pillow's load reads it into info
+        pos = nxt
+    return False
+
+
+def _webp(image: Image.Image, data: bytes) -> str | None:
+    if not (data.startswith(b"RIFF") and data[8:12] == b"WEBP"):
+        return None
+    if getattr(image, "n_frames", 1) != 1 or image.mode not in ("RGB", "RGBA"):
+        return None
+    return "webp-still"

@@ -1,0 +1,60 @@
+"""The rule table: which codec library decodes which input exactly like Pillow.
+
+A fast decoder is used only where a row here matches the running process: the Pillow release
+and the codec library it bundles (the reference), the binding and its version, and the input
+variant. Each row was proven by ``tests/imaging/test_decode*.py`` (pixel identity over a
+generated corpus, hypothesis over sizes and qualities, bad input). Anything without a row,
+including a newer release of either side, decodes with Pillow. Add a row only after running
+those tests against the new versions.
+
+``faster`` is the benchmark's verdict (``benchmarks/decode.py``, results in
+``benchmarks/results/decode.md``): a row that is exact but not faster than Pillow once the
+pixels are in a Pillow image is used only with ``VLM_FASTPATH_FAST_DECODE=all``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One proven combination: ``library==version`` decodes ``variant`` like ``pillow``."""
+
+    variant: str  # "jpeg-ycbcr", "jpeg-gray", "png-8bit", "webp-still"
+    library: str  # distribution name: "simplejpeg", "imagecodecs"
+    version: str  # exact version string of the distribution
+    pillow: str  # Pillow release (its bundled codecs are the reference)
+    pillow_codec: tuple[str, str]  # (PIL.features name, version) of Pillow's own decoder
+    faster: bool = True  # measured faster than Pillow into a Pillow image
+
+
+PILLOW_13 = "13.0.0"
+
+RULES: tuple[Rule, ...] = (
+    # libjpeg-turbo 3.1.x (simplejpeg) against Pillow's 3.2.0: both run the accurate integer
+    # IDCT and fancy upsampling; baseline, progressive, restart markers, 4:2:0/4:2:2/4:4:4.
+    # Exact, but the same library as Pillow's: the copy into the Pillow image eats the gain
+    # (0.84-1.03x measured on 2 cores), so not used by default.
+    Rule("jpeg-ycbcr", "simplejpeg", "1.9.0", PILLOW_13, ("libjpeg_turbo", "3.2.0"), False),
+    Rule("jpeg-gray", "simplejpeg", "1.9.0", PILLOW_13, ("libjpeg_turbo", "3.2.0"), False),
+    # libpng 1.6.55 (imagecodecs): 8-bit L/LA/RGB/RGBA, interlaced or not, without tRNS.
+    Rule("png-8bit", "imagecodecs", "2026.3.6", PILLOW_13, ("zlib_ng", "2.3.3")),
+    # libwebp 1.6.0 on both sides: lossy and lossless, with and without alpha, one frame.
+    Rule("webp-still", "imagecodecs", "2026.3.6", PILLOW_13, ("webp", "1.6.0")),
+)
+
+
+def find(
+    variant: str, library: str, version: str, pillow: str, codec_versions: dict[str, str | None]
+) -> Rule | None:
+    """The row proving this combination, or None (then Pillow decodes)."""
+    for rule in RULES:
+        if (rule.variant, rule.library, rule.version, rule.pillow) != (
+            variant, library, version, pillow
+        ):
+            continue
+        name, wanted = rule.pillow_codec
+        if codec_versions.get(name) == wanted:
+            return rule
+    return None
