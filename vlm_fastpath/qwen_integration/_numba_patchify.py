@@ -9,16 +9,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-# The horizontal pass of torch's resize, with torch's taps: the resampler's column-major pass
-# (one home for it), looked up here by ``patchify_kernel`` like this module's own kernels.
-from vlm_fastpath._numba_int32 import mad32, shift_to_byte
+from vlm_fastpath._numba_int32 import shift_to_byte
 from vlm_fastpath._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
-from vlm_fastpath.kimi_integration._numba_resample import (
-    BLOCK_ROWS,
-    _vertical,
-    horizontal_planes,  # noqa: F401
-    resample_planes,
-)
+from vlm_fastpath.kimi_integration._numba_resample import BLOCK_ROWS
 
 from ._numba_bytes import (
     VECTOR,
@@ -29,6 +22,15 @@ from ._numba_bytes import (
     rgbx16_0,
     rgbx16_1,
     rgbx16_2,
+)
+
+# torch's passes with its int16 taps (one home for them); ``horizontal_planes`` is looked up
+# here by ``patchify_kernel`` like this module's own kernels.
+from ._numba_int16_taps import (
+    horizontal_planes,  # noqa: F401
+    mad16,
+    resample_planes,
+    vertical_row,
 )
 
 _ONE = np.uint64(1)
@@ -248,14 +250,14 @@ def _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, p
         for c in range(planes):
             acc[:] = half
             for k in range(sizes[y]):
-                w = np.int32(weights[y, k])
+                w = np.int16(weights[y, k])
                 row_in = first + k
                 b = 0
                 while row_in >= band_starts[b + 1]:
                     b += 1
                 line = bands[b][c, row_in - band_starts[b]]
                 for x in range(length):
-                    acc[x] = mad32(acc[x], w, line[x])
+                    acc[x] = mad16(acc[x], w, line[x])
             row = buf[c, r]
             for x in range(length):
                 row[x] = shift_to_byte(acc[x], sh)
@@ -326,6 +328,6 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
                                 ring, slots, spare)
                 done += count
             for c in range(3):
-                _vertical(ring[c], starts[y], sizes[y], weights[y], slots, acc, buf[c, r],
-                          precision)
+                vertical_row(ring[c], starts[y], sizes[y], weights[y], slots, acc, buf[c, r],
+                             precision)
         _patch_row(buf, True, 3, lut, copy, stage, flat, gy, 0, grid_w, p, m, t)
