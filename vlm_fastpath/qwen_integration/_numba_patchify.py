@@ -295,8 +295,8 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
     its pixels (``src``: uint8 ``[H, W*cs]``, RGB or Pillow's RGBX): torch's horizontal pass
     (``xmin``/``xw``: its taps as equal-length windows, ``xprecision``) on column-major
     blocks into a ring of channel planes, each source row once per band; then its vertical
-    pass (``starts``/``sizes``/``weights``, ``precision``) per output row and plane (the
-    resampler's ``_vertical``), and the patches.
+    pass (``starts``/``sizes``/``weights``, ``precision``) per output row and plane, both
+    with 16-bit multiplies (``_numba_int16_taps``), and the patches.
     Neither the width-resized nor the resized frame is ever stored."""
     flat = out.reshape(out.size)
     width = src.shape[1] // cs
