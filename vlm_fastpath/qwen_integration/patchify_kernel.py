@@ -18,8 +18,9 @@ vLLM 0.32+ asks for uint8 (rescale and normalize off: the device normalizes). It
 identity, so the patch writes are byte copies, a 16-byte vector per patch line
 (``_numba_bytes``), and both resize passes multiply torch's int16 taps with 16-bit multiplies,
 windows of 3-8 taps summed in registers (``_numba_int16_taps``). Measured on one thread, one
-2048² image, same run: the patch writes from planes 9.3 -> 5.1 ms (uint8), the whole fused
-resize and patch kernel 26.3 -> 19.1 ms (uint8; float32 gains the resize part too).
+2048² image, minimum of 25 runs in one process on a loaded 2-core machine: the patch writes
+from planes 9.3 -> 5.2 ms (uint8), the whole fused resize and patch kernel 25.8 -> 18.5 ms in
+uint8 and 28.1 -> 25.1 ms in float32 (which gains the resize part only).
 
 Concurrency and fork safety follow the Kimi kernel (``kimi_integration.patchify_kernel``) and
 share its process-wide launch lock: numba's ``workqueue`` layer aborts when two threads enter
