@@ -182,7 +182,7 @@ def _patch_row(src, planar, cs, lut, copy, stage, flat, gy, y0, grid_w, p, m, t)
     fence."""
     per_patch = 3 * t * p * p
     stream = flat.nbytes >= STREAM_MIN_BYTES
-    copy = copy and stage.shape[0] * stage.itemsize >= m * per_patch + VECTOR
+    copy = copy and stage.itemsize == 1 and stage.shape[0] >= m * per_patch + VECTOR
     for gx0 in range(0, grid_w, m):
         for k in range(m):
             # the layout as constants: a run-time stride made these copies ~2x slower
