@@ -149,6 +149,18 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def format_dtype_ratios(rows: list[Row]) -> str:
+    """uint8 (vLLM's device-normalize default) against float32, per workload and contender:
+    uint8 writes a quarter of the bytes, so it should never be the slower one."""
+    med = {(r.workload, r.dtype, r.contender): r.median_ms for r in rows}
+    lines = [f"{'workload':<12} {'contender':<17} {'uint8/float32 ms':>16}"]
+    for (workload, dtype, contender), ms in med.items():
+        f32 = med.get((workload, "float32", contender))
+        if dtype == "uint8" and f32:
+            lines.append(f"{workload:<12} {contender:<17} {ms / f32:16.2f}")
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
 def environment() -> dict[str, Any]:
     import PIL
     import transformers
@@ -192,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     print(f"# {json.dumps(env)}")
     print(format_table(rows))
+    ratios = format_dtype_ratios(rows)
+    if ratios:
+        print(ratios)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"env": env, "rows": [asdict(r) for r in rows]}, indent=1))

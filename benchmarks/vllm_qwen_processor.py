@@ -159,6 +159,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['workload']:<12} {row['pixel_dtype']:<8} {row['with_ms']:9.1f} "
               f"{row['without_ms']:11.1f} {row['speedup']:6.2f} {row['pixel_values_mb']:7.0f} "
               f"{'yes' if row['exact'] else 'NO':>6}")
+    by = {(row["workload"], row["dtype"]): row for row in rows}
+    for (name, dtype), row in by.items():
+        f32 = by.get((name, "float32"))
+        if dtype == "uint8" and f32:
+            print(f"{name}: uint8/float32 ms with the plugin "
+                  f"{row['with_ms'] / f32['with_ms']:.2f}, without "
+                  f"{row['without_ms'] / f32['without_ms']:.2f}")
     if rows:
         print(f"image processor with the plugin: {rows[0]['with_image_processor']}; "
               f"without: {rows[0]['without_image_processor']}")

@@ -3,7 +3,7 @@
 Why: the torchvision Qwen-VL processor resizes with torch's uint8 antialiased bicubic, which
 runs the horizontal pass, rounds to uint8, then the vertical pass. We run both passes
 ourselves in numba with torch's integer arithmetic: the horizontal one on column-major row
-blocks (``kimi_integration._numba_resample``), the vertical one fused with the
+blocks (``imaging._numba_resample``), the vertical one fused with the
 LUT normalize and patchify (``_numba_patchify``), so the resized frame is never written out.
 That needs each pass's exact integer taps, computed here as torch computes them (ATen
 ``UpSampleKernel.cpp``, ``HelperInterpBase::_compute_indices_min_size_weights_aa`` and

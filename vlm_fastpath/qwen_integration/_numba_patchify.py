@@ -9,15 +9,27 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-# The horizontal pass of torch's resize, with torch's taps: the resampler's column-major pass
-# (one home for it), looked up here by ``patchify_kernel`` like this module's own kernels.
-from vlm_fastpath.imaging._numba_int32 import mad32, shift_to_byte
-from vlm_fastpath.imaging._numba_resample import (
-    BLOCK_ROWS,
+from vlm_fastpath.imaging._numba_bytes import (
+    VECTOR,
+    copy16,
+    rgb16_0,
+    rgb16_1,
+    rgb16_2,
+    rgbx16_0,
+    rgbx16_1,
+    rgbx16_2,
+)
+
+# torch's passes with its int16 taps (one home for them); ``horizontal_planes`` is looked up
+# here by ``patchify_kernel`` like this module's own kernels.
+from vlm_fastpath.imaging._numba_int16_taps import (
     horizontal_planes,  # noqa: F401
+    mad16,
     resample_planes,
     vertical_row,
 )
+from vlm_fastpath.imaging._numba_int32 import shift_to_byte
+from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS
 from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 
 _ONE = np.uint64(1)
@@ -81,20 +93,117 @@ def _row_of(gy, gx, grid_w, m):  # noqa: ANN001
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _write_patch_row(src, planar, cs, lut, stage, flat, gy, y0, grid_w, p, m, t):  # noqa: ANN001, PLR0913
+def _take16(d, s, step, c):  # noqa: ANN001
+    """16 samples of channel ``c`` from address ``s`` (a plane's bytes when ``step`` is 1,
+    else the first byte of interleaved pixels of ``step`` bytes) to address ``d``."""
+    if step == 1:
+        copy16(d, s)
+    elif step == 3:
+        if c == 0:
+            rgb16_0(d, s)
+        elif c == 1:
+            rgb16_1(d, s)
+        else:
+            rgb16_2(d, s)
+    elif c == 0:
+        rgbx16_0(d, s)
+    elif c == 1:
+        rgbx16_1(d, s)
+    else:
+        rgbx16_2(d, s)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy_patch(src, planar, cs, flat, o, y0, x0, p, t):  # noqa: ANN001
+    """:func:`_write_patch` for the identity table of a uint8 output (rescale and normalize
+    off): each patch line of ``p`` samples moves as 16-byte vectors (``_numba_bytes``), in
+    ascending destination order, so a short line's overrun (``16 - p`` bytes) is overwritten
+    by the next line; the caller leaves ``VECTOR`` bytes of slack after the last patch. A
+    line whose 16 samples would read past its source row (the right edge, when ``p`` < 16)
+    is copied byte by byte."""
+    width = src.shape[2] // (1 if planar else cs)
+    step = 1 if planar else cs
+    row_bytes = src.strides[1]
+    base = np.uint64(flat.ctypes.data)
+    fits = x0 + VECTOR <= width
+    for c in range(3):
+        if planar:
+            first = np.uint64(src.ctypes.data + c * src.strides[0] + y0 * row_bytes + x0)
+        else:
+            first = np.uint64(src.ctypes.data + y0 * row_bytes + x0 * cs)
+        for _k in range(t):
+            s = first
+            for py in range(p):
+                d = base + np.uint64(o)
+                if p >= VECTOR:
+                    k = 0
+                    while k + VECTOR <= p:
+                        _take16(d + np.uint64(k), s + np.uint64(k * step), step, c)
+                        k += VECTOR
+                    if k < p:
+                        _take16(d + np.uint64(p - VECTOR), s + np.uint64((p - VECTOR) * step),
+                                step, c)
+                elif fits:
+                    _take16(d, s, step, c)
+                elif planar:
+                    line = src[c, y0 + py]
+                    for px in range(p):
+                        flat[o + px] = line[x0 + px]
+                else:
+                    line = src[0, y0 + py]
+                    for px in range(p):
+                        flat[o + px] = line[(x0 + px) * cs + c]
+                o += p
+                s += np.uint64(row_bytes)
+
+
+@njit(cache=True, nogil=True)
+def identity_table(lut):  # noqa: ANN001, ANN201
+    """True when ``lut`` maps every byte to itself in a uint8 output (rescale and normalize
+    off): the patch writes then copy bytes (:func:`_copy_patch`)."""
+    if lut.itemsize != 1:
+        return False
+    for c in range(lut.shape[0]):
+        for v in range(256):
+            if lut[c, v] != v:
+                return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _patch_row(src, planar, cs, lut, copy, stage, flat, gy, y0, grid_w, p, m, t):  # noqa: ANN001, PLR0913
     """Patch row ``gy`` (its top sample row is ``y0`` of ``src``; layouts as
     :func:`_write_patch`) into ``flat``. The ``m`` patches of one merge-block row are
     adjacent output rows: they are made in ``stage`` (``m`` rows, cache-resident), then
-    streamed out (``_numba_stream``) when the output is large. Ends with a store fence."""
+    streamed out (``_numba_stream``) when the output is large. ``copy``: ``lut`` is the
+    identity of a uint8 output (:func:`identity_table`); the patches are then byte copies
+    (:func:`_copy_patch`) where ``stage`` has ``VECTOR`` bytes of slack. Ends with a store
+    fence."""
     per_patch = 3 * t * p * p
     stream = flat.nbytes >= STREAM_MIN_BYTES
+    copy = copy and stage.itemsize == 1 and stage.shape[0] >= m * per_patch + VECTOR
     for gx0 in range(0, grid_w, m):
         for k in range(m):
-            _write_patch(src, planar, cs, lut, stage, np.uint64(k * per_patch), y0,
-                         (gx0 + k) * p, p, t)
+            # the layout as constants: a run-time stride made these copies ~2x slower
+            if copy and planar:
+                _copy_patch(src, True, 1, stage, k * per_patch, y0, (gx0 + k) * p, p, t)
+            elif copy and cs == 3:
+                _copy_patch(src, False, 3, stage, k * per_patch, y0, (gx0 + k) * p, p, t)
+            elif copy:
+                _copy_patch(src, False, 4, stage, k * per_patch, y0, (gx0 + k) * p, p, t)
+            else:
+                _write_patch(src, planar, cs, lut, stage, np.uint64(k * per_patch), y0,
+                             (gx0 + k) * p, p, t)
         stream_copy(flat, _row_of(gy, gx0, grid_w, m) * per_patch, stage, 0, m * per_patch,
                     stream)
     store_fence()
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _write_patch_row(src, planar, cs, lut, stage, flat, gy, y0, grid_w, p, m, t):  # noqa: ANN001, PLR0913
+    """:func:`_patch_row`, finding out here whether ``lut`` is the identity (the kernels of
+    this module find out once per frame)."""
+    _patch_row(src, planar, cs, lut, identity_table(lut), stage, flat, gy, y0, grid_w, p, m, t)
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -102,9 +211,10 @@ def patchify_parallel(src, planar, cs, lut, out, grid_w, p, m, t):  # noqa: ANN0
     """Every patch of one frame (``src``/``planar``: see :func:`_write_patch`), one patch row
     per iteration over numba's threads (one image: all cores)."""
     flat = out.reshape(out.size)
+    copy = identity_table(lut)
     for gy in prange(out.shape[0] // grid_w):
-        stage = np.empty(m * out.shape[1], out.dtype)
-        _write_patch_row(src, planar, cs, lut, stage, flat, gy, gy * p, grid_w, p, m, t)
+        stage = np.empty(m * out.shape[1] + VECTOR, out.dtype)
+        _patch_row(src, planar, cs, lut, copy, stage, flat, gy, gy * p, grid_w, p, m, t)
 
 
 @njit(cache=True, nogil=True)
@@ -112,9 +222,10 @@ def patchify_serial(src, planar, cs, lut, out, grid_w, p, m, t):  # noqa: ANN001
     """Every patch of one frame on the calling thread; releases the GIL so a thread pool can
     run many frames at once without touching numba's threading layer."""
     flat = out.reshape(out.size)
-    stage = np.empty(m * out.shape[1], out.dtype)
+    stage = np.empty(m * out.shape[1] + VECTOR, out.dtype)
+    copy = identity_table(lut)
     for gy in range(out.shape[0] // grid_w):
-        _write_patch_row(src, planar, cs, lut, stage, flat, gy, gy * p, grid_w, p, m, t)
+        _patch_row(src, planar, cs, lut, copy, stage, flat, gy, gy * p, grid_w, p, m, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -138,18 +249,18 @@ def _vertical_patch_row(bands, band_starts, starts, sizes, weights, precision, p
         for c in range(planes):
             acc[:] = half
             for k in range(sizes[y]):
-                w = np.int32(weights[y, k])
+                w = np.int16(weights[y, k])
                 row_in = first + k
                 b = 0
                 while row_in >= band_starts[b + 1]:
                     b += 1
                 line = bands[b][c, row_in - band_starts[b]]
                 for x in range(length):
-                    acc[x] = mad32(acc[x], w, line[x])
+                    acc[x] = mad16(acc[x], w, line[x])
             row = buf[c, r]
             for x in range(length):
                 row[x] = shift_to_byte(acc[x], sh)
-    stage = np.empty(m * 3 * t * p * p, flat.dtype)
+    stage = np.empty(m * 3 * t * p * p + VECTOR, flat.dtype)
     _write_patch_row(buf, planar, cs, lut, stage, flat, gy, 0, grid_w, p, m, t)
 
 
@@ -183,8 +294,8 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
     its pixels (``src``: uint8 ``[H, W*cs]``, RGB or Pillow's RGBX): torch's horizontal pass
     (``xmin``/``xw``: its taps as equal-length windows, ``xprecision``) on column-major
     blocks into a ring of channel planes, each source row once per band; then its vertical
-    pass (``starts``/``sizes``/``weights``, ``precision``) per output row and plane (the
-    resampler's ``vertical_row``), and the patches.
+    pass (``starts``/``sizes``/``weights``, ``precision``) per output row and plane, both
+    with 16-bit multiplies (``_numba_int16_taps``), and the patches.
     Neither the width-resized nor the resized frame is ever stored."""
     flat = out.reshape(out.size)
     width = src.shape[1] // cs
@@ -203,7 +314,8 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
     spare = np.empty(ow, np.uint8)
     buf = np.empty((3, p, ow), np.uint8)
     acc = np.empty(ow, np.int32)
-    stage = np.empty(m * 3 * t * p * p, out.dtype)
+    stage = np.empty(m * 3 * t * p * p + VECTOR, out.dtype)
+    copy = identity_table(lut)
     done = starts[g0 * p]  # next source row to resample
     for gy in range(g0, g1):
         for r in range(p):
@@ -216,5 +328,5 @@ def resize_patchify_band(src, cs, xmin, xw, xprecision, starts, sizes, weights, 
                 done += count
             for c in range(3):
                 vertical_row(ring[c], starts[y], sizes[y], weights[y], slots, acc, buf[c, r],
-                          precision)
-        _write_patch_row(buf, True, 3, lut, stage, flat, gy, 0, grid_w, p, m, t)
+                             precision)
+        _patch_row(buf, True, 3, lut, copy, stage, flat, gy, 0, grid_w, p, m, t)
