@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS, resample_planes, vertical_row
+from vlm_fastpath.imaging._numba_int16_taps import resample_planes, vertical_row
+from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS
 from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 
 _ONE = np.uint64(1)
