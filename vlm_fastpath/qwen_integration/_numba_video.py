@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from vlm_fastpath.imaging._numba_bytes import VECTOR, copy16
 from vlm_fastpath.imaging._numba_int16_taps import resample_planes, vertical_row
 from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS
 from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
@@ -96,8 +97,58 @@ def _stage_patch_bytes(buf, nf, lut, words, gx0, p, m, t):  # noqa: ANN001, ANN2
                             shift = np.uint64(0)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _stage_patch_copies(buf, nf, stage, gx0, p, m, t):  # noqa: ANN001, ANN202, PLR0913
+    """:func:`_stage_patches` for the identity table of a uint8 output (rescale and normalize
+    off, what vLLM 0.32+ asks for): each patch line of ``p`` bytes moves as 16-byte vectors
+    (``_numba_bytes``), in ascending destination order, so a short line's overrun is
+    overwritten by the next one (``stage`` keeps ``VECTOR`` bytes of slack after its last
+    patch); a line whose 16 bytes would read past its plane row is copied byte by byte."""
+    last = nf - 1
+    width = buf.shape[3]
+    base = np.uint64(stage.ctypes.data)
+    o = 0
+    for gx in range(gx0, gx0 + m):
+        x0 = gx * p
+        fits = x0 + max(p, VECTOR) <= width
+        for c in range(3):
+            for k in range(t):
+                plane = buf[min(k, last), c]
+                for py in range(p):
+                    line = plane[py]
+                    if fits:
+                        src = np.uint64(line.ctypes.data + x0)
+                        j = 0
+                        while j + VECTOR <= p:
+                            copy16(base + np.uint64(o + j), src + np.uint64(j))
+                            j += VECTOR
+                        if j < p:
+                            if p >= VECTOR:
+                                copy16(base + np.uint64(o + p - VECTOR),
+                                       src + np.uint64(p - VECTOR))
+                            else:
+                                copy16(base + np.uint64(o), src)
+                    else:
+                        for px in range(p):
+                            stage[o + px] = line[x0 + px]
+                    o += p
+
+
 @njit(cache=True, nogil=True)
-def _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, stream):  # noqa: ANN001, ANN202, PLR0913
+def _identity(lut):  # noqa: ANN001, ANN202
+    """True when ``lut`` maps every byte to itself in a uint8 output (the patch writes are
+    then byte copies)."""
+    if lut.itemsize != 1:
+        return False
+    for c in range(lut.shape[0]):
+        for v in range(256):
+            if lut[c, v] != v:
+                return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, stream, copies):  # noqa: ANN001, ANN202, PLR0913
     """Patch row ``gy`` of one temporal group into ``flat``: ``buf[k]`` (uint8 ``[3, p, W]``
     planes) holds the row's pixels of the group's frame ``k`` for ``k < nf``. Each output row
     is whole ``[channel, slot, py, px]``; the ``m`` patches of one merge-block row are
@@ -106,7 +157,9 @@ def _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, strea
     bytewise = stage.itemsize == 1 and (m * per_patch) % 8 == 0
     words = stage.view(np.uint64)
     for gx0 in range(0, grid_w, m):
-        if bytewise:
+        if copies:
+            _stage_patch_copies(buf, nf, stage, gx0, p, m, t)
+        elif bytewise:
             _stage_patch_bytes(buf, nf, lut, words, gx0, p, m, t)
         else:
             _stage_patches(buf, nf, lut, stage, gx0, p, m, t)
@@ -143,7 +196,9 @@ def resize_patchify_group_band(frames, cs, xmin, xw, xprecision, starts, sizes, 
     spare = np.empty(ow, np.uint8)
     buf = np.empty((nf, 3, p, ow), np.uint8)
     acc = np.empty(ow, np.int32)
-    stage = np.empty((m * 3 * t * p * p + 7) // 8 * 8, out.dtype)  # whole words
+    # whole words, and VECTOR bytes of slack for the byte copies' last overrun
+    stage = np.empty((m * 3 * t * p * p + VECTOR + 7) // 8 * 8, out.dtype)
+    copies = _identity(lut)
     done = np.full(nf, starts[g0 * p], np.int64)
     for gy in range(g0, g1):
         for k in range(nf):
@@ -160,7 +215,7 @@ def resize_patchify_group_band(frames, cs, xmin, xw, xprecision, starts, sizes, 
                 for c in range(3):
                     vertical_row(ring[c], starts[y], sizes[y], weights[y], slots, acc, buf[k, c, r],
                               precision)
-        _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, stream)
+        _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, stream, copies)
     store_fence()
 
 
