@@ -113,7 +113,8 @@ for _version in EXPECTED:
 # our Qwen-VL image processor on the CPU preprocessing path: every pinned release
 for _version in EXPECTED:
     EXPECTED[_version]["sglang-qwen-vl-cpu-image-processor"] = "applied"
-    EXPECTED[_version]["sglang-qwen-vl-cpu-video-processor"] = "applied"
+    EXPECTED[_version]["sglang-qwen-vl-cpu-video-processor"] = (
+        "applied" if _version == "0.5.23" else "unsupported-version")
 
 
 def _present(names):

@@ -14,11 +14,17 @@ import importlib
 import numpy as np
 import pytest
 import torch
+from packaging.version import Version
 
 from vlm_fastpath.patches import REGISTRY
 from vlm_fastpath.patches.adapters import qwen_video_twin as video_adapter
 
 from .test_qwen_processor import _build, checkpoints, cpu_path  # noqa: F401 - fixtures
+
+sglang = pytest.importorskip("sglang")
+if Version(Version(sglang.__version__).public) < Version("0.5.23"):
+    pytest.skip("sglang-qwen-vl-cpu-video-processor applies from SGLang 0.5.23 (its status "
+                "below: conftest.EXPECTED)", allow_module_level=True)
 
 PATCH = "sglang-qwen-vl-cpu-video-processor"
 QWEN_VL = "sglang.srt.multimodal.processors.qwen_vl"

@@ -12,12 +12,19 @@ import base64
 import re
 
 import pytest
+from packaging.version import Version
 from PIL import Image
 
 import vlm_fastpath
 from fixtures import bad_images, decode_corpus
 from vlm_fastpath.imaging import decode
 from vlm_fastpath.imaging.decode import layer
+
+vllm = pytest.importorskip("vllm")
+if Version(Version(vllm.__version__).public) < Version("0.24"):
+    pytest.skip("vllm-fast-image-decode applies from vLLM 0.24 (load_bytes calls normalize_image "
+                "on the opened image; the patch's status there: test_fresh_process)",
+                allow_module_level=True)
 
 NAME = "vllm-fast-image-decode"
 CORPUS = decode_corpus.corpus()
