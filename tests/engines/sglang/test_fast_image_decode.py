@@ -13,11 +13,18 @@ from __future__ import annotations
 import re
 
 import pytest
+from packaging.version import Version
 
 from fixtures import bad_images, decode_corpus
 from vlm_fastpath.imaging import decode
 from vlm_fastpath.imaging.decode import layer
 from vlm_fastpath.patches import REGISTRY
+
+sglang = pytest.importorskip("sglang")
+if Version(Version(sglang.__version__).public) < Version("0.5.19"):
+    pytest.skip("sglang-fast-image-decode applies from SGLang 0.5.19 (_load_image opens with "
+                "Pillow, then _fully_load_pil_image; its status there: conftest.EXPECTED)",
+                allow_module_level=True)
 
 NAME = "sglang-fast-image-decode"
 CORPUS = decode_corpus.corpus()

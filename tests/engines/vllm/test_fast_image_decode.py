@@ -58,8 +58,9 @@ def outcome(call):
         return ("raised", type(exc), ADDRESS.sub("0x?", str(exc)),
                 type(cause) if cause is not None else None)
     image = loaded.media
+    # io_config: what the cache hashes besides the bytes (vLLM 0.25+; absent before)
     return ("loaded", type(loaded), image.mode, image.size, image.info, image.tobytes(),
-            loaded.original_bytes, loaded.io_config)
+            loaded.original_bytes, getattr(loaded, "io_config", None))
 
 
 def both(call):
@@ -157,7 +158,9 @@ def test_vllm_pixel_limit_is_the_releases(name, monkeypatch):
     monkeypatch.setattr(envs, "VLLM_MAX_IMAGE_PIXELS", 100, raising=False)
     monkeypatch.setenv("VLLM_MAX_IMAGE_PIXELS", "100")
     theirs, ours = both(lambda: _io().load_bytes(data))
-    assert theirs[0] == "raised" and ours == theirs
+    assert ours == theirs
+    if theirs[0] != "raised":  # the limit arrived after 0.24: both loaded, equal
+        pytest.skip("this vLLM has no VLLM_MAX_IMAGE_PIXELS")
 
 
 @needs_fast
