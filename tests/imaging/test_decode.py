@@ -47,6 +47,8 @@ def test_corpus_is_pillows_image(item):
     if fast is not None:
         assert_same_image(fast, ref)
         assert fast.format == ref.format
+        # the same bytes once Pillow's own store is filled (what other consumers read)
+        assert Image.Image.tobytes(fast) == ref.tobytes()
 
 
 @pytest.mark.parametrize("item", [i for i in CORPUS if i.fast], ids=lambda i: i.name)
@@ -78,12 +80,6 @@ def test_exif_orientations_all_differ_and_match():
         assert_same_image(ours, ref)
         seen.add((ours.size, ours.tobytes()))
     assert len(seen) == 8
-
-
-def test_large_images_use_a_fresh_array(monkeypatch):
-    monkeypatch.setattr(layer, "SCRATCH_KEEP_BYTES", 100)
-    for item in [i for i in CORPUS if i.fast][:6]:
-        assert_same_image(decode.decode_bytes(item.data), pillow_loaded(item.data))
 
 
 def test_threads_decode_the_same():

@@ -35,6 +35,7 @@ from PIL import Image
 
 from .. import settings
 from .band_pool import TaskGroup, get_band_pool
+from .decode.decoded_image import held_rgb
 from .errors import ImagingInputError
 from .image_input import check_pixel_count, unwrap
 from .lut import identity_lut
@@ -226,6 +227,9 @@ def frame_source(
                 rules.check_size(obj.shape[1], obj.shape[0])
             return _readonly(obj).reshape(obj.shape[0], obj.shape[1] * 3), 3, None
     image = rules.to_rgb(frame)
+    held = held_rgb(image)  # decoded by imaging.decode, not yet copied into Pillow's store
+    if held is not None:
+        return held.reshape(held.shape[0], held.shape[1] * 3), 3, None
     try:
         view = rgbx_view(image)
         if view is not None:

@@ -24,6 +24,7 @@ import torch
 from PIL import Image
 
 from ..imaging.batch_feature import batch_feature_cls
+from ..imaging.decode.decoded_image import held_rgb
 from ..imaging.output_pool import empty_output
 from ..imaging.pillow_pixels import rgbx_copy, rgbx_view
 from ..imaging.resize_pool import get_pool, pool_size, wait_all
@@ -377,6 +378,9 @@ def _pixels(image: Image.Image | np.ndarray, pool: Executor | None) -> tuple[np.
     as RGB, giving the same bytes."""
     if not isinstance(image, Image.Image):
         return np.ascontiguousarray(image), None
+    held = held_rgb(image)  # decoded by imaging.decode, not yet copied into Pillow's store
+    if held is not None:
+        return held, None
     width, height = image.size
     view = rgbx_view(image)
     if view is not None:

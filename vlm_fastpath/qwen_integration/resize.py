@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from ..imaging.decode.decoded_image import held_rgb
 from ..imaging.pillow_pixels import rgbx_copy
 from ..imaging.resample import InputRules
 from .errors import QwenInputError
@@ -83,6 +84,9 @@ class PillowResizer:
             # The PIL processor copies the pixels out here; so do we, but through Pillow's own
             # copy of its RGBX bytes (4032x3024: ~5 ms against ~40 for np.asarray), which the
             # patch kernel reads as RGB.
+            held = held_rgb(image)  # decoded by imaging.decode: the decoder's own array
+            if held is not None:
+                return held
             copied = rgbx_copy(image)  # None for other modes: np.asarray then
             if copied is None:
                 return np.asarray(image)

@@ -11,22 +11,15 @@ from __future__ import annotations
 
 import io
 import os
-import threading
 from typing import Any
 
 import numpy as np
 from PIL import Image, features
 
-from . import codecs, variants, verified
+from . import codecs, decoded_image, variants, verified
 
 ENV_SWITCH = "VLM_FASTPATH_FAST_DECODE"  # "0": off; "all": also exact-but-not-faster rows
-_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 _CODEC_NAMES = ("libjpeg_turbo", "zlib_ng", "webp")
-# A per-thread scratch array the library decodes into, kept up to this size: reusing it spares
-# the page faults of a fresh allocation per image (the pixels are then copied into the Pillow
-# image, whose memory Pillow allocates as it does for its own decode).
-SCRATCH_KEEP_BYTES = 64 << 20
-_SCRATCH = threading.local()
 
 
 def enabled() -> bool:
@@ -124,11 +117,12 @@ def decode_opened(image: Any) -> Image.Image | None:
     if decode is None:
         return None
     width, height = image.size
-    channels = _CHANNELS.get(image.mode)
+    channels = decoded_image.CHANNELS.get(image.mode)
     if channels is None or width < 1 or height < 1:
         return None
-    out = _scratch((height, width) if channels == 1 and variant == "png-8bit" else
-                   (height, width, channels))
+    # A fresh array each time: it becomes the image's pixels (decoded_image), not a scratch.
+    out = np.empty((height, width) if channels == 1 and variant == "png-8bit" else
+                   (height, width, channels), np.uint8)
     try:
         pixels = decode(data, out)
     except Exception:  # noqa: BLE001 - the library refused it: Pillow decides, errors included
@@ -136,17 +130,6 @@ def decode_opened(image: Any) -> Image.Image | None:
     if not _filled(pixels, out):
         return None
     return _as_loaded(image, out, variant)
-
-
-def _scratch(shape: tuple[int, ...]) -> np.ndarray:
-    """A C-contiguous uint8 array of ``shape``, this thread's reused one when small enough."""
-    size = int(np.prod(shape))
-    if size > SCRATCH_KEEP_BYTES:
-        return np.empty(shape, np.uint8)
-    buf = getattr(_SCRATCH, "buf", None)
-    if buf is None or buf.size < size:
-        buf = _SCRATCH.buf = np.empty(size, np.uint8)
-    return buf[:size].reshape(shape)
 
 
 def _filled(pixels: Any, out: np.ndarray) -> bool:
@@ -161,15 +144,19 @@ def _filled(pixels: Any, out: np.ndarray) -> bool:
 
 
 def _as_loaded(image: Image.Image, pixels: np.ndarray, variant: str) -> Image.Image:
-    mode = image.mode
-    # Uninitialised, as Pillow's own load allocates it: no zero fill before the copy.
-    out = Image.new(mode, image.size, None)
-    out.frombytes(pixels, "raw", mode)
-    out.info = dict(image.info)
+    """The loaded image: the decoded array itself, Pillow's store filled only when asked for
+    (decoded_image); on a Pillow without that hook, a Pillow image filled now."""
+    info = dict(image.info)
     if variant == "webp-still":
         # What Pillow's WebP load adds for the one frame of a still image.
-        out.info.setdefault("timestamp", 0)
-        out.info.setdefault("duration", 0)
+        info.setdefault("timestamp", 0)
+        info.setdefault("duration", 0)
+    if decoded_image.supported():
+        return decoded_image.DecodedImage(pixels, image.mode, info, image.format)
+    # Uninitialised, as Pillow's own load allocates it: no zero fill before the copy.
+    out = Image.new(image.mode, image.size, None)
+    out.frombytes(pixels, "raw", image.mode)
+    out.info = info
     out.format = image.format
     return out
 
