@@ -53,9 +53,11 @@ test-vllm-%: vllm-env-%
 	@echo "== engine suite: vllm $* (.envs/vllm-$*/bin/python)"
 	@$(SUITE) vllm-$* vllm-$*-suite -- .envs/vllm-$*/bin/python -m pytest $(PYTEST_FLAGS) tests/engines/vllm
 
+# tests/imaging runs here too: its decode tests need the verified codec libraries, which only
+# the engine envs hold (the [decode] extra is in their shared package layer, not in .venv).
 test-qwen: vllm-env-0.33.0
-	@echo "== qwen-vl parity suite ($(QWEN_ENV)/bin/python, transformers processors)"
-	@$(SUITE) vllm-0.33.0 qwen-suite -- $(QWEN_ENV)/bin/python -m pytest $(PYTEST_FLAGS) tests/qwen_integration
+	@echo "== qwen-vl parity and decode suite ($(QWEN_ENV)/bin/python, transformers processors)"
+	@$(SUITE) vllm-0.33.0 qwen-suite -- $(QWEN_ENV)/bin/python -m pytest $(PYTEST_FLAGS) tests/qwen_integration tests/imaging
 
 # The checkout's overlays only; `python3.11 ci/envs.py gc --delete` removes stale cached envs.
 clean-engine-envs:
