@@ -11,8 +11,10 @@
    torchvision processor).
 Same process, calls of the two sides alternated, medians; every row checks exactness (pixels
 equal; ``torch.equal`` on pixel_values). ``first ms`` is the first call of ours (library import
-included). Every verified row is timed (``VLM_FASTPATH_FAST_DECODE=all``), JPEG's too, which
-is exact but not used by default (``verified.py``: not faster once in a Pillow image).
+included). Every verified row is timed (``VLM_FASTPATH_FAST_DECODE=all``). "ours" is the image
+as the engine gets it (``decoded_image``: the decoder's array, Pillow's store unfilled);
+"filled" adds filling Pillow's store, what a consumer other than vlm-fastpath's processors and
+numpy pays.
 Run: ``python -m benchmarks.decode [--quick]``.
 """
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from PIL import Image, ImageOps
 
 from fixtures import decode_corpus
 from vlm_fastpath.imaging import decode
-from vlm_fastpath.imaging.decode import codecs, layer
+from vlm_fastpath.imaging.decode import codecs, layer, verified
 
 pytestmark = pytest.mark.skipif(
     decode.unavailable_reason() is not None,
@@ -113,10 +114,17 @@ def test_by_default_only_rows_measured_faster_are_used(monkeypatch):
     monkeypatch.setenv(decode.ENV_SWITCH, "1")
     jpeg, png, webp = (items()[0].data for items in (
         decode_corpus.jpeg_items, decode_corpus.png_items, decode_corpus.webp_items))
+    assert set(decode.available()) == set(codecs.ADAPTERS)  # every row measured faster
+    slower = tuple(replace(rule, faster=False) if rule.variant.startswith("jpeg") else rule
+                   for rule in verified.RULES)
+    monkeypatch.setattr(verified, "RULES", slower)
+    monkeypatch.setattr(layer, "_DECODERS", {})
     assert decode.decode_opened(Image.open(io.BytesIO(jpeg))) is None  # exact, not faster
     assert decode.decode_opened(Image.open(io.BytesIO(png))) is not None
     assert decode.decode_opened(Image.open(io.BytesIO(webp))) is not None
     assert set(decode.available()) == {"png-8bit", "webp-still"}
+    monkeypatch.setenv(decode.ENV_SWITCH, "all")
+    assert decode.decode_opened(Image.open(io.BytesIO(jpeg))) is not None
 
 
 def test_missing_or_unverified_library_means_pillow(monkeypatch):

@@ -2,11 +2,12 @@
 
 Why: once the processor is fast, decoding is most of an image's CPU time in the API server
 (issue #30): libjpeg-turbo (simplejpeg), libpng and libwebp (imagecodecs) decode the same
-bytes to the same pixels 1.3-3x faster than Pillow.
+bytes to the same pixels faster than Pillow (benchmarks/results/decode.md).
 How: the engine opens the image with Pillow as it always does (format allowlist, pixel limits,
 decompression-bomb checks, header errors); ``decode_opened`` then decodes the pixel data with
 the library a row of ``verified.RULES`` proves identical for this variant and these versions,
-and gives back what Pillow's ``load()`` would. Everything else -- CMYK/YCCK JPEGs, palette,
+and gives back what Pillow's ``load()`` would, as a ``DecodedImage`` whose pixels stay the
+decoder's 3-channel array until something needs Pillow's own store (``decoded_image``). Everything else -- CMYK/YCCK JPEGs, palette,
 16-bit and tRNS PNGs, animated images, other formats, unverified versions, inputs the library
 refuses -- is decoded by Pillow, so outcomes and error messages stay the engine's.
 The libraries are the optional extra ``vlm-fastpath[decode]``; without them Pillow decodes.

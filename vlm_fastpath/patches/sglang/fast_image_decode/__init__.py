@@ -2,7 +2,7 @@
 
 Why: Pillow's decode is most of an image's CPU time in the tokenizer manager's IO workers once
 preprocessing is fast (issue #30); simplejpeg and imagecodecs decode the same bytes to the same
-pixels 1.3-3x faster. (SGLang's own Rust decoder is not an option: its JPEG pixels differ from
+pixels faster. (SGLang's own Rust decoder is not an option: its JPEG pixels differ from
 Pillow's by 1.)
 How: ``sglang.srt.utils.common._load_image`` opens the bytes with Pillow on the CPU path and
 hands the undecoded image to ``_fully_load_pil_image`` (its ``load()`` with SGLang's error

@@ -2,7 +2,7 @@
 
 sglang-fast-image-decode
     Why: Pillow's decode dominates an image's CPU time once preprocessing is fast; codec
-    libraries proven identical to Pillow are 1.3-3x faster.
+    libraries proven identical to Pillow are faster (benchmarks/results/decode.md).
     How: the module global ``_fully_load_pil_image`` (what ``_load_image`` calls on the image
     Pillow opened from the request's bytes, and ``load_image`` on a PIL image it is given)
     returns ``vlm_fastpath.imaging.decode.decode_opened``'s image where the decode layer takes

@@ -2,7 +2,7 @@
 
 Why: with vlm-fastpath's processors, decoding is most of an image's CPU time in vLLM's API
 server (issue #30: 63-88 % from 2048² up); simplejpeg and imagecodecs decode the same bytes
-to the same pixels 1.3-3x faster than Pillow.
+to the same pixels faster than Pillow (benchmarks/results/decode.md).
 How: ``ImageMediaIO.load_bytes`` (which ``load_base64`` and ``load_file`` call) opens the
 image with Pillow, applies its pixel limits and budget, then hands the still undecoded image
 to ``normalize_image`` (EXIF transpose, which loads it). The patch rebinds that module's

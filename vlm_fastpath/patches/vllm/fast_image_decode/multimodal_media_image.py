@@ -2,7 +2,7 @@
 
 vllm-fast-image-decode
     Why: Pillow's decode is most of an image's CPU time in the API server once the processor
-    is fast; proven-identical codec libraries are 1.3-3x faster.
+    is fast; proven-identical codec libraries are faster (benchmarks/results/decode.md).
     How: the module global ``normalize_image`` (called by ``load_bytes`` on the image Pillow
     opened, after vLLM's pixel limit and budget) first decodes the image with
     ``vlm_fastpath.imaging.decode.decode_opened`` and passes the decoded image to vLLM's own
