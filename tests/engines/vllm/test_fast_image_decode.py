@@ -9,6 +9,7 @@ equal; bad input must raise the same exception type with the same message.
 from __future__ import annotations
 
 import base64
+import io
 import re
 
 import pytest
@@ -19,6 +20,7 @@ import vlm_fastpath
 from fixtures import bad_images, decode_corpus
 from vlm_fastpath.imaging import decode
 from vlm_fastpath.imaging.decode import layer
+from vlm_fastpath.imaging.decode.decoded_image import held_rgb
 
 vllm = pytest.importorskip("vllm")
 if Version(Version(vllm.__version__).public) < Version("0.24"):
@@ -106,6 +108,20 @@ def test_load_bytes_is_the_releases(item, fast_calls):
     theirs, ours = both(lambda: _io().load_bytes(item.data))
     assert ours == theirs
     assert (item.data in fast_calls) == item.fast
+
+
+@needs_fast
+@pytest.mark.parametrize("item", [i for i in CORPUS if i.fast], ids=lambda i: i.name)
+def test_rgb_images_reach_the_processor_as_the_decoders_array(item):
+    """The hand-off survives vLLM's steps (EXIF transpose's copy, load(), the mode check):
+    an RGB image arrives with Pillow's store unfilled, its pixels the decoder's array."""
+    vlm_fastpath.apply("vllm", [NAME])
+    image = _io().load_bytes(item.data).media
+    opened = Image.open(io.BytesIO(item.data))
+    turned = opened.getexif().get(0x0112, 1) != 1  # EXIF transpose makes Pillow's own image
+    if opened.mode == "RGB" and "transparency" not in opened.info and not turned:
+        assert held_rgb(image) is not None
+        assert image.tobytes() == Image.Image.tobytes(image)  # equal once the store is filled
 
 
 @needs_fast
