@@ -7,9 +7,10 @@ How: the engine opens the image with Pillow as it always does (format allowlist,
 decompression-bomb checks, header errors); ``decode_opened`` then decodes the pixel data with
 the library a row of ``verified.RULES`` proves identical for this variant and these versions,
 and gives back what Pillow's ``load()`` would, as a ``DecodedImage`` whose pixels stay the
-decoder's 3-channel array until something needs Pillow's own store (``decoded_image``). Everything else -- CMYK/YCCK JPEGs, palette,
-16-bit and tRNS PNGs, animated images, other formats, unverified versions, inputs the library
-refuses -- is decoded by Pillow, so outcomes and error messages stay the engine's.
+decoder's 3-channel array until something needs Pillow's own store (``decoded_image``).
+Everything else -- CMYK/YCCK JPEGs, palette, 16-bit and tRNS PNGs, animated images, other
+formats, unverified versions, inputs the library refuses -- is decoded by Pillow, so outcomes
+and error messages stay the engine's.
 The libraries are the optional extra ``vlm-fastpath[decode]``; without them Pillow decodes.
 """
 
