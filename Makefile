@@ -57,26 +57,29 @@ test-core: venv
 
 # One suite per pinned engine release, each in its cached env (matrix: ci/README.md).
 # Each suite keeps about one core busy (imports, one pytest process), so SUITE_JOBS of them run
-# at once: the vLLM suites in one lane, the SGLang suites then the serving smoke in the other,
-# each suite's output printed whole when it ends (-Otarget); the transformers matrix (the Qwen
-# parity subset under every transformers minor) after the vLLM suites. Then the sweep, whose
-# releases run as many at once as there are cores.
+# at once, each suite's output printed whole when it ends (-Otarget), in two lanes of about
+# equal length (measured on a cold clone, 2 cores: ~22 min each):
+#   - the vLLM suites, then the transformers matrix (the Qwen parity subset under every
+#     transformers minor), then the serving smoke;
+#   - the SGLang suites, then the Qwen parity and decode suite (vLLM 0.33.0 env).
+# Then the sweep, whose releases run as many at once as there are cores.
 SUITE_JOBS ?= 2
 test-engines: venv
 	$(MAKE) --no-print-directory -j$(SUITE_JOBS) -Otarget engine-suites
 	$(MAKE) --no-print-directory -f ci/sweep.mk sweep
 
-.PHONY: engine-suites suites-vllm suites-sglang suite-smoke suite-transformers
-engine-suites: suites-vllm suites-sglang suite-smoke suite-transformers
+.PHONY: engine-suites suites-vllm suites-sglang suite-qwen suite-smoke suite-transformers
+engine-suites: suites-vllm suites-sglang suite-qwen suite-smoke suite-transformers
 suites-vllm:
-	@$(MAKE) --no-print-directory -f ci/engines.mk test-engines
-# The transformers matrix (ci/transformers.mk) follows the vLLM suites in their lane.
+	@$(MAKE) --no-print-directory -f ci/engines.mk test-vllm
 suite-transformers: suites-vllm
 	@$(MAKE) --no-print-directory -f ci/transformers.mk test-transformers
+suite-smoke: suite-transformers
+	@$(MAKE) --no-print-directory -f ci/serving.mk test-e2e-smoke
 suites-sglang:
 	@$(MAKE) --no-print-directory -f ci/sglang.mk test-sglang
-suite-smoke: suites-sglang
-	@$(MAKE) --no-print-directory -f ci/serving.mk test-e2e-smoke
+suite-qwen: suites-sglang
+	@$(MAKE) --no-print-directory -f ci/engines.mk test-qwen
 
 # End-to-end serving A/B (vLLM on CPU with and without the plugin): see ci/serving/README.md.
 e2e: venv
