@@ -46,8 +46,8 @@ def _io(**kwargs):
 
 @pytest.fixture(autouse=True)
 def _every_verified_decoder(monkeypatch):
-    """Identity for every verified row, the exact-but-not-faster JPEG one too (unless the
-    run turned fast decoding off, to see the patch stand aside)."""
+    """Identity for every verified row, also any marked not faster (unless the run turned
+    fast decoding off, to see the patch stand aside)."""
     if FAST:
         monkeypatch.setenv(decode.ENV_SWITCH, "all")
 
