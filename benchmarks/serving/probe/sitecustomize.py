@@ -50,12 +50,26 @@ TARGETS = {
     "transformers.models.qwen2_vl.image_processing_pil_qwen2_vl": (
         ("Qwen2VLImageProcessorPil", "transformers.Qwen2VLImageProcessorPil"),
     ),
+    # Video processors: their pixel step ``_preprocess`` (``preprocess`` is the base class's,
+    # shared by ours and transformers'); ours falls back to transformers' through ``super()``,
+    # which then logs a line of its own.
+    "vlm_fastpath.qwen_integration.video_processor": (
+        ("FastQwen2VLVideoProcessor", "vlm_fastpath.FastQwen2VLVideoProcessor", "_preprocess"),
+    ),
+    "transformers.models.qwen2_vl.video_processing_qwen2_vl": (
+        ("Qwen2VLVideoProcessor", "transformers.Qwen2VLVideoProcessor", "_preprocess"),
+    ),
 }
 # Callers recognised on the stack: (module, function) -> the ``via`` value.
 CALLERS = {
     ("vlm_fastpath.qwen_integration.compat", "check_compatible"): "check",
     ("vlm_fastpath.patches.adapters.kimi_probe", "compare_pair"): "check",
     ("vlm_fastpath.patches.adapters.qwen_twin", "preprocess"): "twin",
+    ("vlm_fastpath.qwen_integration.video_compat", "check_video_compatible"): "check",
+    # the probe of the installed transformers' RGB conversion rules (tiny images, once)
+    ("vlm_fastpath.qwen_integration.rgb_rules", "_probe"): "check",
+    ("vlm_fastpath.qwen_integration.rgb_rules", "_probe_limits"): "check",
+    ("vlm_fastpath.patches.adapters.qwen_video_twin", "preprocess"): "twin",
 }
 _busy = threading.local()
 
@@ -73,7 +87,8 @@ def _applied_patches() -> str:
 
 
 def _count_items(args: tuple, kwargs: dict) -> int:
-    medias = args[0] if args else kwargs.get("medias", kwargs.get("images"))
+    medias = args[0] if args else kwargs.get(
+        "medias", kwargs.get("images", kwargs.get("videos")))
     if isinstance(medias, (list, tuple)):
         return len(medias)
     return 0 if medias is None else 1
@@ -82,7 +97,8 @@ def _count_items(args: tuple, kwargs: dict) -> int:
 def _patches(result) -> str:
     """``<rows>`` of the returned pixel_values and their dtype, e.g. ``62208 dtype=uint8``."""
     try:
-        pixels = result["pixel_values"]
+        data = result.get("pixel_values")
+        pixels = result["pixel_values_videos"] if data is None else data
         return f"{int(pixels.shape[0])} dtype={str(pixels.dtype).replace('torch.', '')}"
     except Exception:  # noqa: BLE001
         return "? dtype=?"
@@ -101,8 +117,8 @@ def _via() -> str:
     return "-"
 
 
-def _wrap(cls: type, tag: str) -> None:
-    original = cls.__dict__.get("preprocess") or getattr(cls, "preprocess", None)
+def _wrap(cls: type, tag: str, method: str = "preprocess") -> None:
+    original = cls.__dict__.get(method) or getattr(cls, method, None)
     if original is None or getattr(original, "_vlmfp_probe", False):
         return
 
@@ -126,15 +142,15 @@ def _wrap(cls: type, tag: str) -> None:
                 pass
 
     preprocess._vlmfp_probe = True  # type: ignore[attr-defined]
-    cls.preprocess = preprocess
+    setattr(cls, method, preprocess)
 
 
 def _instrument(module) -> None:
-    for class_name, tag in TARGETS.get(module.__name__, ()):
+    for class_name, tag, *method in TARGETS.get(module.__name__, ()):
         cls = getattr(module, class_name, None)
         if isinstance(cls, type):
             try:
-                _wrap(cls, tag)
+                _wrap(cls, tag, *method)
             except Exception:  # noqa: BLE001
                 pass
 
