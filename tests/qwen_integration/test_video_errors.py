@@ -152,6 +152,39 @@ def test_twin_refused_for_other_arithmetic():
         fast_video_processor(object())
 
 
+def test_a_step_this_transformers_lacks_is_no_fault(monkeypatch):
+    """transformers before 5.19 has no ``patchify`` method (the step is inline in
+    ``_preprocess``): the twin is still made, and the probes, not an AttributeError, decide."""
+    qwen2, _ = video_classes()
+    from vlm_fastpath.qwen_integration.video_compat import check_video_compatible
+    from vlm_fastpath.qwen_integration.video_processor import fast_video_processor
+
+    owner = next(c for c in qwen2.__mro__ if "patchify" in c.__dict__)
+    monkeypatch.delattr(owner, "patchify")
+    hf = qwen2()
+    assert fast_video_processor(hf) is not None
+    reason = check_video_compatible(hf)
+    assert reason is None or isinstance(reason, str)
+
+
+def test_probe_cases_skip_kwargs_this_transformers_lacks(monkeypatch):
+    """A probe kwarg the installed transformers does not declare (``cap_pixels_per_frame``
+    before 5.19) is not a difference: its case is skipped, the rest still compared."""
+    qwen2, _ = video_classes()
+    from vlm_fastpath.qwen_integration import video_compat
+
+    hf = qwen2()
+    known = video_compat._known_kwargs(hf)
+    assert known is not None and "cap_pixels_per_frame" in known
+    monkeypatch.setattr(video_compat, "_known_kwargs", lambda _: known - {"cap_pixels_per_frame"})
+    seen = []
+    original = type(hf).__call__
+    monkeypatch.setattr(type(hf), "__call__",
+                        lambda self, *a, **k: seen.append(k) or original(self, *a, **k))
+    assert video_compat.check_video_compatible(hf) is None
+    assert seen and all("cap_pixels_per_frame" not in k for k in seen)
+
+
 def test_twin_keeps_settings_and_serializes_as_the_original(pairs):  # noqa: ANN001
     for hf, fast in pairs.values():
         assert fast.to_dict() == hf.to_dict()

@@ -39,7 +39,7 @@ from .config import BICUBIC, TORCHVISION
 from .errors import QwenConfigError, QwenVideoInputError, QwenVideoTooLargeError
 from .normalize_lut import build_lut
 from .video_kernel import VideoPlan, fill_videos, kernels_available
-from .video_sizing import QWEN2, QWEN3, RULES
+from .video_sizing import LEGACY_RULES, QWEN2, QWEN3, RULES
 
 MAX_FRAMES = 32768  # per video: 18 min of 30 fps frames unsampled, beyond any model's context
 
@@ -133,8 +133,8 @@ class _FastVideoMixin:
             raise QwenConfigError(
                 f"{cls.__name__} mirrors a {base.__name__}, got {type(hf_processor).__name__}"
             )
-        for name in _REPRODUCED:
-            if getattr(type(hf_processor), name) is not getattr(base, name):
+        for name in _REPRODUCED:  # a step this transformers lacks (inlined) cannot differ
+            if getattr(type(hf_processor), name, None) is not getattr(base, name, None):
                 raise QwenConfigError(
                     f"{type(hf_processor).__name__} overrides {name}: its output is not "
                     f"{base.__name__}'s, which is what {cls.__name__} reproduces"
@@ -223,18 +223,18 @@ class _FastVideoMixin:
         if kw.get("do_normalize") and (kw.get("image_mean") is None or kw.get("image_std") is None):
             return None
         params = inspect.signature(self.resize).parameters  # type: ignore[attr-defined]
-        if "cap_pixels_per_frame" not in params:
-            return None  # a transformers whose sizing we have not read
+        # the sizing of the installed transformers: with the per-frame cap (5.19+) or before
+        rules = RULES if "cap_pixels_per_frame" in params else LEGACY_RULES
         size = kw.get("size")
         shortest = getattr(size, "shortest_edge", None)
         longest = getattr(size, "longest_edge", None)
         do_resize = kw.get("do_resize")
         if do_resize and (not shortest or not longest):
             return None
-        tokens = self.max_video_tokens  # type: ignore[attr-defined]
+        tokens = getattr(self, "max_video_tokens", 0)
         if "max_video_tokens" in params and kw.get("max_video_tokens") is not None:
             tokens = kw["max_video_tokens"]
-        rule = RULES[self._rule]
+        rule = rules[self._rule]
         plans = []
         for video in videos:
             frames = len(video.array)

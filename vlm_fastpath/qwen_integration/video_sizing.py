@@ -10,6 +10,10 @@ Two rules, each as the installed transformers computes it (5.19-5.25 read):
   up by truncation; fewer frames than ``temporal_patch_size`` are refused); with
   ``cap_pixels_per_frame`` the max becomes ``num_frames`` times a per-frame share.
 
+Before the cap (5.6-5.18 read; ``resize`` without ``cap_pixels_per_frame``), ``LEGACY_RULES``:
+Qwen2's rule without the cap, and Qwen3's older ``smart_resize``, which refuses frames under
+one ``factor`` and rounds the temporal length up.
+
 Which ``max_video_tokens`` the cap reads (the per-call value from 5.25, the processor's own
 before) is the caller's to say: ``video_processor`` probes the installed ``resize``.
 """
@@ -79,4 +83,37 @@ def qwen3_frame_size(
     return h_bar, w_bar
 
 
+def qwen3_legacy_frame_size(
+    num_frames: int, height: int, width: int, *, factor: int, temporal_factor: int,
+    min_pixels: int, max_pixels: int, capped: bool, max_video_tokens: int,
+) -> tuple[int, int]:
+    """(height, width) of a Qwen3-VL clip under transformers before the per-frame cap
+    (5.6-5.18 read): frames under one ``factor`` are refused rather than scaled up, and the
+    temporal length rounds up (``ceil``). ``capped``/``max_video_tokens`` do not exist there."""
+    if height < factor or width < factor:
+        raise QwenVideoInputError(
+            f"height:{height} or width:{width} must be larger than factor:{factor}"
+        )
+    ratio = max(height, width) / min(height, width)
+    if ratio > MAX_ASPECT_RATIO:
+        raise QwenVideoInputError(
+            f"absolute aspect ratio must be smaller than {MAX_ASPECT_RATIO}, got {ratio}"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    t_bar = math.ceil(num_frames / temporal_factor) * temporal_factor
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((num_frames * height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (num_frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
 RULES = {QWEN2: qwen2_frame_size, QWEN3: qwen3_frame_size}
+# transformers before ``cap_pixels_per_frame`` (its resize without that parameter): Qwen2's
+# rule is the same without the cap; Qwen3's is its older ``smart_resize``
+LEGACY_RULES = {QWEN2: qwen2_frame_size, QWEN3: qwen3_legacy_frame_size}

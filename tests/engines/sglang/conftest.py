@@ -110,11 +110,10 @@ for _version in EXPECTED:
     EXPECTED[_version]["sglang-fast-image-decode"] = "unsupported-version" if (
         _version != "0.5.23") else ("stood-aside" if unavailable_reason() else "applied")
 
-# our Qwen-VL image processor on the CPU preprocessing path: every pinned release
+# our Qwen-VL image and video processors on the CPU preprocessing path: every pinned release
 for _version in EXPECTED:
     EXPECTED[_version]["sglang-qwen-vl-cpu-image-processor"] = "applied"
-    EXPECTED[_version]["sglang-qwen-vl-cpu-video-processor"] = (
-        "applied" if _version == "0.5.23" else "unsupported-version")
+    EXPECTED[_version]["sglang-qwen-vl-cpu-video-processor"] = "applied"
 
 
 def _present(names):

@@ -12,11 +12,12 @@ proved it equal. SGLang's own frame sampling and bilinear resize run unchanged, 
 are the release's; calls with a ``device`` other than the CPU (``video_preprocessing_device``,
 GPU preprocessing) go to transformers unchanged.
 Upstream PR: none (SGLang#12240 made its resize bilinear, which changed the pixels).
-Versions: sglang >=0.5.23 with no upper bound where the contract holds (structure:
-``QwenVLImageProcessor.__init__``; behaviour: the probes, per video processor object). The
-lower bound is the first release whose video path the engine tests verified: older releases
-pin older transformers (5.6-5.12), whose video processor internals the twin has not been run
-against; lower it once the sweep's behaviour test passes there.
+Versions: sglang >=0.5.12 (every release of the sweep) with no upper bound where the contract
+holds (structure: ``QwenVLImageProcessor.__init__``; behaviour: the probes, per video
+processor object). Releases before 0.5.23 pin transformers 5.6-5.12, whose video processors
+size frames without the per-frame cap (Qwen3-VL by its older ``smart_resize``): the twin
+follows the installed rule (``video_sizing.LEGACY_RULES``), proved by the transformers
+matrix's video subset and the sweep's behaviour test on each release.
 Delete when: SGLang's CPU Qwen-VL video preprocessing is within ~2x of ours on few cores.
 """
 

@@ -46,7 +46,7 @@ def _make_init(original: Any) -> Any:
 class QwenVLCpuVideoProcessorPatch(Patch):
     name = PATCH
     engine = "sglang"
-    versions = ">=0.5.23"  # first release verified; no upper bound: the contract decides
+    versions = ">=0.5.12"  # the sweep's first release; no upper bound: the contract decides
     backport = False
     trigger = QWEN_VL
     modules = (QWEN_VL,)
