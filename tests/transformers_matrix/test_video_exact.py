@@ -6,8 +6,9 @@ temporal length up), and SGLang releases before 0.5.23 pin transformers 5.6-5.12
 minor: ``check_video_compatible`` must accept the Qwen2-VL and Qwen3-VL video processors (5.x)
 or may stand aside (4.x), and wherever it accepts, our twin equals transformers on odd and
 even frame counts, one frame, THWC and TCHW, float32 and uint8, per-call pixel limits, with
-our kernel running (not transformers' own path answering for us); where transformers refuses
-a clip, ours refuses it with the same class of error.
+our kernel running under 5.x (not transformers' own path answering for us; under 4.x, whose
+resize takes ``interpolation``, the twin leaves every clip to transformers); where
+transformers refuses a clip, ours refuses it with the same class of error.
 """
 
 from __future__ import annotations
@@ -116,7 +117,9 @@ def test_clips_equal_with_our_kernel(pair, dtype, limits, monkeypatch):
                 continue
             before = calls.count
             got = _call(fast, video, kwargs)
-            assert calls.count > before, f"{frames}x{width}x{height}: transformers answered"
+            # 4.x (``interpolation``, not ``resample``) leaves every clip to transformers' path
+            assert calls.count > before or not MAJOR5, (
+                f"{frames}x{width}x{height}: transformers answered")
             assert_same_videos(want, got)
             compared += 1
     assert compared >= 6, "most clips must be compared, not refused"

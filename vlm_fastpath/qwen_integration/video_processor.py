@@ -39,7 +39,7 @@ from .config import BICUBIC, TORCHVISION
 from .errors import QwenConfigError, QwenVideoInputError, QwenVideoTooLargeError
 from .normalize_lut import build_lut
 from .video_kernel import VideoPlan, fill_videos, kernels_available
-from .video_sizing import LEGACY_RULES, QWEN2, QWEN3, RULES
+from .video_sizing import QWEN2, QWEN3, installed_rule
 
 MAX_FRAMES = 32768  # per video: 18 min of 30 fps frames unsampled, beyond any model's context
 
@@ -223,8 +223,9 @@ class _FastVideoMixin:
         if kw.get("do_normalize") and (kw.get("image_mean") is None or kw.get("image_std") is None):
             return None
         params = inspect.signature(self.resize).parameters  # type: ignore[attr-defined]
-        # the sizing of the installed transformers: with the per-frame cap (5.19+) or before
-        rules = RULES if "cap_pixels_per_frame" in params else LEGACY_RULES
+        rule = installed_rule(self._rule)  # the installed transformers' sizing, probed
+        if rule is None:
+            return None
         size = kw.get("size")
         shortest = getattr(size, "shortest_edge", None)
         longest = getattr(size, "longest_edge", None)
@@ -234,7 +235,6 @@ class _FastVideoMixin:
         tokens = getattr(self, "max_video_tokens", 0)
         if "max_video_tokens" in params and kw.get("max_video_tokens") is not None:
             tokens = kw["max_video_tokens"]
-        rule = rules[self._rule]
         plans = []
         for video in videos:
             frames = len(video.array)

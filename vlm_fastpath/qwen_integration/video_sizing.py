@@ -10,9 +10,10 @@ Two rules, each as the installed transformers computes it (5.19-5.25 read):
   up by truncation; fewer frames than ``temporal_patch_size`` are refused); with
   ``cap_pixels_per_frame`` the max becomes ``num_frames`` times a per-frame share.
 
-Before the cap (5.6-5.18 read; ``resize`` without ``cap_pixels_per_frame``), ``LEGACY_RULES``:
-Qwen2's rule without the cap, and Qwen3's older ``smart_resize``, which refuses frames under
-one ``factor`` and rounds the temporal length up.
+Before, Qwen3-VL's ``smart_resize`` refused frames under one ``factor`` and rounded the
+temporal length up (5.6-5.14 read; 5.15 has today's rule without the cap):
+``installed_rule`` picks, by probing the installed transformers' own ``smart_resize``, the
+rule of ours that computes the same, or none.
 
 Which ``max_video_tokens`` the cap reads (the per-call value from 5.25, the processor's own
 before) is the caller's to say: ``video_processor`` probes the installed ``resize``.
@@ -20,7 +21,11 @@ before) is the caller's to say: ``video_processor`` probes the installed ``resiz
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
+from collections.abc import Callable
+from typing import Any
 
 from .errors import QwenVideoInputError
 from .smart_resize import MAX_ASPECT_RATIO, smart_resize
@@ -113,7 +118,61 @@ def qwen3_legacy_frame_size(
     return h_bar, w_bar
 
 
-RULES = {QWEN2: qwen2_frame_size, QWEN3: qwen3_frame_size}
-# transformers before ``cap_pixels_per_frame`` (its resize without that parameter): Qwen2's
-# rule is the same without the cap; Qwen3's is its older ``smart_resize``
-LEGACY_RULES = {QWEN2: qwen2_frame_size, QWEN3: qwen3_legacy_frame_size}
+# every rule we have per model, newest first; ``installed_rule`` picks the one transformers has
+CANDIDATES = {QWEN2: (qwen2_frame_size,), QWEN3: (qwen3_frame_size, qwen3_legacy_frame_size)}
+MODULES = {QWEN2: "transformers.models.qwen2_vl.video_processing_qwen2_vl",
+           QWEN3: "transformers.models.qwen3_vl.video_processing_qwen3_vl"}
+# (frames, height, width, factor, min_pixels, max_pixels): one frame, a frame under one
+# factor, an odd clip where the cap binds (the temporal rounding), the minimum binding, an
+# aspect ratio over the limit, a real clip
+_PROBES = (
+    (1, 64, 64, 32, 4096, 25165824),
+    (4, 20, 300, 32, 4096, 25165824),
+    (5, 100, 150, 32, 4096, 3 * 96 * 128),
+    (5, 64, 64, 32, 1024, 20000),  # binds with the temporal length rounded up, not rounded
+    (6, 97, 131, 32, 4 * 128 * 128, 16 * 256 * 256),
+    (3, 50, 70, 28, 3136, 12845056),
+    (2, 10, 3000, 28, 3136, 12845056),
+    (7, 1080, 1920, 28, 3136, 602112),
+)
+
+
+def _outcome(call: Callable[[], tuple[int, int]]) -> tuple[int, int] | str:
+    try:
+        height, width = call()
+    except ValueError:
+        return "ValueError"
+    return int(height), int(width)
+
+
+def _theirs(model: str, theirs: Callable[..., Any], probe: tuple[int, ...]) -> Any:
+    frames, height, width, factor, low, high = probe
+    if model == QWEN3:
+        return _outcome(lambda: theirs(num_frames=frames, height=height, width=width,
+                                       temporal_factor=2, factor=factor, min_pixels=low,
+                                       max_pixels=high))
+    return _outcome(lambda: theirs(height, width, factor=factor, min_pixels=low,
+                                   max_pixels=high))
+
+
+def _ours(rule: Callable[..., tuple[int, int]], probe: tuple[int, ...]) -> Any:
+    frames, height, width, factor, low, high = probe
+    return _outcome(lambda: rule(frames, height, width, factor=factor, temporal_factor=2,
+                                 min_pixels=low, max_pixels=high, capped=False,
+                                 max_video_tokens=0))
+
+
+@functools.cache
+def installed_rule(model: str) -> Callable[..., tuple[int, int]] | None:
+    """Our rule that sizes frames as the installed transformers' ``smart_resize`` of
+    ``model``'s video processor does on the probes (results and refusals alike), or None:
+    a rule we have not read, and transformers' own path sizes the clip."""
+    try:
+        theirs = importlib.import_module(MODULES[model]).smart_resize
+    except Exception:  # noqa: BLE001 - moved or renamed: not a rule we know
+        return None
+    want = [_theirs(model, theirs, probe) for probe in _PROBES]
+    for rule in CANDIDATES[model]:
+        if [_ours(rule, probe) for probe in _PROBES] == want:
+            return rule
+    return None
