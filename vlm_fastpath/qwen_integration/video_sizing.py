@@ -92,8 +92,8 @@ def qwen3_legacy_frame_size(
     num_frames: int, height: int, width: int, *, factor: int, temporal_factor: int,
     min_pixels: int, max_pixels: int, capped: bool, max_video_tokens: int,
 ) -> tuple[int, int]:
-    """(height, width) of a Qwen3-VL clip under transformers before the per-frame cap
-    (5.6-5.18 read): frames under one ``factor`` are refused rather than scaled up, and the
+    """(height, width) of a Qwen3-VL clip under transformers 5.6-5.14 (read; 5.15 has
+    today's rule): frames under one ``factor`` are refused rather than scaled up, and the
     temporal length rounds up (``ceil``). ``capped``/``max_video_tokens`` do not exist there."""
     if height < factor or width < factor:
         raise QwenVideoInputError(

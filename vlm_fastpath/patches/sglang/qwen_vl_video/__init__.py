@@ -16,7 +16,7 @@ Versions: sglang >=0.5.12 (every release of the sweep) with no upper bound where
 holds (structure: ``QwenVLImageProcessor.__init__``; behaviour: the probes, per video
 processor object). Releases before 0.5.23 pin transformers 5.6-5.12, whose video processors
 size frames without the per-frame cap (Qwen3-VL by its older ``smart_resize``): the twin
-follows the installed rule (``video_sizing.LEGACY_RULES``), proved by the transformers
+follows the installed rule (``video_sizing.installed_rule``), proved by the transformers
 matrix's video subset and the sweep's behaviour test on each release.
 Delete when: SGLang's CPU Qwen-VL video preprocessing is within ~2x of ours on few cores.
 """
