@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 
+LOAD = "vllm.MediaConnector.load"
 TARGETS = {
     "vlm_fastpath.kimi_integration.processor": (
         ("FusedKimiProcessor", "vlm_fastpath.FusedKimiProcessor"),
@@ -58,6 +59,12 @@ TARGETS = {
     ),
     "transformers.models.qwen2_vl.video_processing_qwen2_vl": (
         ("Qwen2VLVideoProcessor", "transformers.Qwen2VLVideoProcessor", "_preprocess"),
+    ),
+    # Loading one media item from its URL (vLLM's MediaConnector: base64 or file read and the
+    # decode, by vLLM's loader or, with the plugin, ours): the decode part of preprocessing.
+    "vllm.multimodal.media.connector": (
+        ("MediaConnector", LOAD, "_load_data_url"),
+        ("MediaConnector", LOAD, "_load_file_url"),
     ),
 }
 # Callers recognised on the stack: (module, function) -> the ``via`` value.

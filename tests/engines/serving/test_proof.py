@@ -52,3 +52,15 @@ def test_calls_in_other_processes_do_not_count() -> None:
     log = API + FASTPATH + probe(e2e.OURS, pid=200) * 3
     problems = e2e.check_proof(KIMI, "with", log, requests=3, images=12)["problems"]
     assert problems
+
+
+def test_preprocessing_per_request_with_and_without_decoding(tmp_path) -> None:
+    """Per request: the processor's time, and with the loader's (decode) lines added."""
+    log = tmp_path / "server.log"
+    requests = [(30.0, 100.0), (10.0, 50.0), (20.0, 70.0)]  # (load ms, processor ms)
+    log.write_text(API + FASTPATH + "".join(
+        f"VLMFP_PROBE pid=100 proc={e2e.LOAD} items=1 ms={load} fastpath=-\n"
+        f"VLMFP_PROBE pid=100 proc={e2e.OURS} items=1 ms={proc} fastpath=-\n"
+        for load, proc in requests))
+    assert e2e.preproc_per_request(log, 0, 3, (e2e.OURS,)) == (70.0, 3)
+    assert e2e.preproc_per_request(log, 0, 3, (e2e.OURS, e2e.LOAD)) == (90.0, 6)

@@ -94,9 +94,11 @@ def test_kimi_image_request_served_by_vlm_fastpath(tmp_path: Path) -> None:
     assert not startup_proof["problems"], startup_proof
     assert "vllm-kimi-fused-processor" in startup_proof["applied"], startup_proof["fastpath_log"]
     api_pid = startup_proof["api_server_pid"]
-    calls = [c for c in e2e.probe_calls(full[before:]) if c["pid"] == api_pid]
+    lines = [c for c in e2e.probe_calls(full[before:]) if c["pid"] == api_pid]
+    calls = [c for c in lines if c["proc"] != e2e.LOAD]
     procs = {c["proc"] for c in calls}
     assert procs == {e2e.OURS}, f"request preprocessed by {procs or 'nothing'}:\n{server.tail()}"
     assert sum(c["items"] for c in calls) == 1
+    assert sum(c["proc"] == e2e.LOAD for c in lines) == 1  # its image loaded once, logged
     print(f"\nsmoke: healthy after {startup:.1f} s; request preprocessed by {e2e.OURS} in "
           f"{calls[0]['ms']:.0f} ms; total {time.monotonic() - t0:.1f} s")
