@@ -137,7 +137,8 @@ class KernelCalls:
     not transformers' own, which the processor falls back to for inputs it leaves alone)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        video_classes()  # skips without transformers (the processor module imports it)
+        pytest.importorskip("torchvision")  # the processor module imports transformers' video
+        pytest.importorskip("transformers")  # processors, which need both
         from vlm_fastpath.qwen_integration import video_processor
 
         self.count = 0

@@ -26,6 +26,7 @@ pytest.importorskip("torchvision")
 from tests.qwen_integration.video_helpers import (  # noqa: E402
     QWEN3_VL_VIDEO_CONFIG,
     UINT8,
+    KernelCalls,
     assert_same_videos,
     smooth_clip,
 )
@@ -76,23 +77,6 @@ def pair(request: pytest.FixtureRequest) -> tuple[Any, Any]:
     return hf, fast_video_processor(hf)
 
 
-class _KernelRuns:
-    """Counts runs of our video kernel (``KernelCalls`` without its Qwen3-VL import, which
-    transformers 4.56 lacks)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from vlm_fastpath.qwen_integration import video_processor
-
-        self.count = 0
-        original = video_processor.fill_videos
-
-        def counting(*args: Any, **kwargs: Any) -> None:
-            self.count += 1
-            original(*args, **kwargs)
-
-        monkeypatch.setattr(video_processor, "fill_videos", counting)
-
-
 def _call(processor: Any, video: Any, kwargs: dict[str, Any]) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -103,7 +87,7 @@ def _call(processor: Any, video: Any, kwargs: dict[str, Any]) -> Any:
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
 def test_clips_equal_with_our_kernel(pair, dtype, limits, monkeypatch):
     hf, fast = pair
-    calls = _KernelRuns(monkeypatch)
+    calls = KernelCalls(monkeypatch)
     kwargs = dict(limits, **(UINT8 if dtype == "uint8" else {}))
     compared = 0
     for seed, (frames, height, width) in enumerate(CLIPS):

@@ -67,14 +67,29 @@ def qwen3_frame_size(
         height, width = int(height * scale), int(width * scale)
     if min(height, width) <= 0:
         raise QwenVideoInputError(f"frames of {width}x{height} cannot be resized")
+    _check_ratio(height, width)
+    t_bar = round(num_frames / temporal_factor) * temporal_factor
+    h_bar, w_bar = _clip_grid(num_frames, t_bar, height, width, factor, min_pixels, max_pixels)
+    if h_bar <= 0 or w_bar <= 0:
+        raise QwenVideoInputError(f"frames of {width}x{height} resize to an empty grid")
+    return h_bar, w_bar
+
+
+def _check_ratio(height: int, width: int) -> None:
     ratio = max(height, width) / min(height, width)
     if ratio > MAX_ASPECT_RATIO:
         raise QwenVideoInputError(
             f"absolute aspect ratio must be smaller than {MAX_ASPECT_RATIO}, got {ratio}"
         )
+
+
+def _clip_grid(num_frames: int, t_bar: int, height: int, width: int, factor: int,
+               min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Qwen3-VL's frame grid for a clip whose temporal length rounds to ``t_bar``: the
+    nearest multiples of ``factor``, scaled down (or up) until ``t_bar`` frames of it fit the
+    limits, the scale taken over the real ``num_frames``."""
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
-    t_bar = round(num_frames / temporal_factor) * temporal_factor
     if t_bar * h_bar * w_bar > max_pixels:
         beta = math.sqrt((num_frames * height * width) / max_pixels)
         h_bar = max(factor, math.floor(height / beta / factor) * factor)
@@ -83,8 +98,6 @@ def qwen3_frame_size(
         beta = math.sqrt(min_pixels / (num_frames * height * width))
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
-    if h_bar <= 0 or w_bar <= 0:
-        raise QwenVideoInputError(f"frames of {width}x{height} resize to an empty grid")
     return h_bar, w_bar
 
 
@@ -99,23 +112,9 @@ def qwen3_legacy_frame_size(
         raise QwenVideoInputError(
             f"height:{height} or width:{width} must be larger than factor:{factor}"
         )
-    ratio = max(height, width) / min(height, width)
-    if ratio > MAX_ASPECT_RATIO:
-        raise QwenVideoInputError(
-            f"absolute aspect ratio must be smaller than {MAX_ASPECT_RATIO}, got {ratio}"
-        )
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
+    _check_ratio(height, width)
     t_bar = math.ceil(num_frames / temporal_factor) * temporal_factor
-    if t_bar * h_bar * w_bar > max_pixels:
-        beta = math.sqrt((num_frames * height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif t_bar * h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (num_frames * height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    return _clip_grid(num_frames, t_bar, height, width, factor, min_pixels, max_pixels)
 
 
 # every rule we have per model, newest first; ``installed_rule`` picks the one transformers has
