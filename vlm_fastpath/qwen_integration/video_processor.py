@@ -31,7 +31,11 @@ import torch
 from PIL import Image
 from transformers.image_utils import ChannelDimension
 from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
-from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+try:  # Qwen3-VL from transformers 4.57; Qwen2-VL's twin works without it
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+except ImportError:  # pragma: no cover - exercised by the transformers matrix (4.56)
+    Qwen3VLVideoProcessor = None
 from transformers.video_utils import infer_channel_dimension_format
 
 from ..imaging.output_pool import empty_output
@@ -292,14 +296,16 @@ class FastQwen2VLVideoProcessor(_FastVideoMixin, Qwen2VLVideoProcessor):
     _rule = QWEN2
 
 
-class FastQwen3VLVideoProcessor(_FastVideoMixin, Qwen3VLVideoProcessor):
-    """``Qwen3VLVideoProcessor`` (Qwen3-VL: patch 16, its own sizing) on every core."""
+FAST_CLASSES: dict[type, type] = {Qwen2VLVideoProcessor: FastQwen2VLVideoProcessor}
 
-    _rule = QWEN3
+if Qwen3VLVideoProcessor is not None:
 
+    class FastQwen3VLVideoProcessor(_FastVideoMixin, Qwen3VLVideoProcessor):
+        """``Qwen3VLVideoProcessor`` (Qwen3-VL: patch 16, its own sizing) on every core."""
 
-FAST_CLASSES = {Qwen2VLVideoProcessor: FastQwen2VLVideoProcessor,
-                Qwen3VLVideoProcessor: FastQwen3VLVideoProcessor}
+        _rule = QWEN3
+
+    FAST_CLASSES[Qwen3VLVideoProcessor] = FastQwen3VLVideoProcessor
 
 
 def fast_video_processor(hf_processor: Any) -> Any:
