@@ -8,13 +8,14 @@ construction, in every release. What is replaced is the costly part:
 
 - ``_prepare_input_videos`` keeps each uint8 RGB video in its own memory (transformers copies
   it into a contiguous ``[T, C, H, W]`` tensor first);
-- ``_preprocess`` sizes each video by the installed processor's rule (``video_sizing``: the
-  cap parameters it reads are probed from the installed ``resize``), then one kernel per frame
+- ``_preprocess`` sizes each video by the installed processor's rule
+  (``video_sizing.installed_rule``, probed against transformers' own ``smart_resize``; the
+  cap parameters it reads, from the installed ``resize``), then one kernel per frame
   band resizes it with torch's own arithmetic, maps bytes through the LUT of transformers'
   float ops and writes each patch into the frame's temporal slot (``video_kernel``).
 
 Anything else (float frames, 1-channel video, a device, an unknown resample, a transformers
-whose ``resize`` takes parameters we do not know, numba off) goes to transformers' own
+whose sizing rule none of ours reproduces, numba off) goes to transformers' own
 ``_preprocess`` unchanged: we change speed, never pixels. Bad input raises
 ``QwenVideoInputError`` (a ``ValueError``, as transformers raises for it) with a message
 that names the problem, including inputs transformers passes silently (a video of no frames).
