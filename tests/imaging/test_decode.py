@@ -174,3 +174,44 @@ def test_probe_catches_a_wrong_decoder(monkeypatch):
 
     monkeypatch.setitem(layer._DECODERS, "jpeg-ycbcr", off_by_one)
     assert decode.probe_mismatch(Image.open).startswith("behaviour: the fast JPEG RGB")
+
+
+def test_recycled_memory_is_never_shared_with_a_held_image(monkeypatch):
+    """Large decodes reuse freed memory (output pool), but never memory an image still holds."""
+    import gc
+
+    from vlm_fastpath.imaging import output_pool
+    from vlm_fastpath.imaging.decode.decoded_image import held_pixels
+
+    monkeypatch.setenv("VLM_FASTPATH_BUFFER_POOL_MB", "256")
+    monkeypatch.setattr(output_pool, "POOL", output_pool.OutputPool())
+    rng = np.random.default_rng(7)
+    pixels = rng.integers(0, 256, (1100, 1400, 3), np.uint8)  # 4.6 MB: pooled
+    datas = []
+    for quality in (70, 90):
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, "JPEG", quality=quality)
+        datas.append(buf.getvalue())
+    refs = [pillow_loaded(d).tobytes() for d in datas]
+
+    def address(image: Image.Image) -> int:
+        held = held_pixels(image)
+        assert held is not None, "the fast path decoded it"
+        return held.__array_interface__["data"][0]
+
+    first = decode.decode_bytes(datas[0])
+    view = np.asarray(first)[100:]  # a consumer's view keeps the memory too
+    second = decode.decode_bytes(datas[1])
+    assert address(first) != address(second)
+    kept = address(first)
+    del first
+    gc.collect()
+    third = decode.decode_bytes(datas[1])
+    assert address(third) != kept, "reused memory a numpy view still holds"
+    assert view.tobytes() == refs[0][100 * 1400 * 3:]
+    del view
+    gc.collect()
+    fourth = decode.decode_bytes(datas[1])
+    assert address(fourth) == kept and output_pool.POOL.reused >= 1, "freed memory recycled"
+    for image, ref in ((second, refs[1]), (third, refs[1]), (fourth, refs[1])):
+        assert image.tobytes() == ref

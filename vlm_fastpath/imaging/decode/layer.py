@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, features
 
+from ..output_pool import empty_output
 from . import codecs, decoded_image, variants, verified
 
 ENV_SWITCH = "VLM_FASTPATH_FAST_DECODE"  # "0": off; "all": also exact-but-not-faster rows
@@ -120,8 +121,10 @@ def decode_opened(image: Any) -> Image.Image | None:
     channels = decoded_image.CHANNELS.get(image.mode)
     if channels is None or width < 1 or height < 1:
         return None
-    # A fresh array each time: it becomes the image's pixels (decoded_image), not a scratch.
-    out = np.empty((height, width) if channels == 1 and variant == "png-8bit" else
+    # It becomes the image's pixels (decoded_image), not a scratch: memory nobody holds any
+    # more, recycled through the output pool (a large decode otherwise spends ~7 % of its
+    # time faulting in fresh pages: 4032x3024 JPEG 45.8 ms fresh vs 42.7 ms reused).
+    out = empty_output((height, width) if channels == 1 and variant == "png-8bit" else
                    (height, width, channels), np.uint8)
     try:
         pixels = decode(data, out)
