@@ -90,3 +90,76 @@ def test_shift_to_byte_is_arithmetic_shift_and_clamp(shift: int) -> None:
                          256 << shift, -1]]).astype(np.int32)
     want = np.clip(v.astype(np.int64) >> shift, 0, 255).astype(np.uint8)
     np.testing.assert_array_equal(_shift_all(v, np.int32(shift)), want)
+
+
+def test_transpose8_is_an_8x8_byte_transpose() -> None:
+    from vlm_fastpath.imaging._numba_bytes import transpose8
+
+    @numba.njit
+    def run(src, dst, order):  # noqa: ANN001, ANN202
+        s = np.uint64(src.ctypes.data)
+        d = np.uint64(dst.ctypes.data)
+        e = np.uint64(src.shape[1])
+        f = np.uint64(8) * order.astype(np.uint64)
+        transpose8(s, s + e, s + 2 * e, s + 3 * e, s + 4 * e, s + 5 * e, s + 6 * e, s + 7 * e,
+                   d + f[0], d + f[1], d + f[2], d + f[3], d + f[4], d + f[5], d + f[6], d + f[7])
+
+    rng = np.random.default_rng(8)
+    src = rng.integers(0, 256, (8, 11), np.uint8)[:, 1:9]  # unaligned rows, row stride 11
+    src = np.ascontiguousarray(src)
+    dst = np.zeros((8, 8), np.uint8)
+    run(src, dst, np.arange(8))
+    assert np.array_equal(dst, src.T)
+    dst[:] = 0
+    run(src, dst, np.array([7, 6, 5, 4, 3, 2, 1, 0]))
+    assert np.array_equal(dst, src.T[::-1])
+
+
+def _columns_reference(src: np.ndarray, cs: int, first: int, count: int, stride: int):
+    """Byte r of column j at [j * stride + r]: rows first.. (the last one repeated to stride)."""
+    rows = src[[min(first + r, first + count - 1) for r in range(stride)]]
+    width = src.shape[1] // cs
+    rgb = rows.reshape(stride, width, cs)[:, :, :3].reshape(stride, 3 * width)
+    return np.ascontiguousarray(rgb.T).reshape(-1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(width=st.integers(1, 45), cs=st.sampled_from([3, 4]), count=st.integers(1, 64),
+       first=st.integers(0, 5), strided=st.booleans())
+def test_gather_and_scatter_are_each_others_transpose(width: int, cs: int, count: int,
+                                                      first: int, strided: bool) -> None:
+    """The horizontal pass's transposes (8x8 vector blocks plus byte tails, RGB and RGBX, a
+    source whose bytes are not adjacent): column-major as numpy transposes it, and back into
+    channel planes and ring rows, padding rows only into the spare line."""
+    from vlm_fastpath.imaging._numba_resample import (
+        _gather_columns,
+        _scatter_planes,
+        _scatter_rows,
+    )
+
+    rng = np.random.default_rng(width * 131 + count * 7 + cs)
+    height = first + count
+    src = rng.integers(0, 256, (height, width * cs * (2 if strided else 1)), np.uint8)
+    if strided:
+        src = src[:, ::2]
+    stride = (count + 7) // 8 * 8
+    cols = np.zeros(3 * width * stride // 8, np.uint64)
+    _gather_columns(src, cs, first, count, stride, cols)
+    assert np.array_equal(cols.view(np.uint8), _columns_reference(src, cs, first, count, stride))
+
+    slots = height + 3
+    planes = np.full((3, slots, width), 7, np.uint8)
+    spare = np.zeros(width, np.uint8)
+    _scatter_planes(cols, stride, first, count, planes, slots, spare)
+    rgb = src.reshape(height, width, cs)[first:, :, :3]
+    want = np.full((3, slots, width), 7, np.uint8)
+    want[:, first:first + count] = rgb.transpose(2, 0, 1)
+    assert np.array_equal(planes, want)
+
+    ring = np.full((slots, 3 * width), 9, np.uint8)
+    spare3 = np.zeros(3 * width, np.uint8)
+    _scatter_rows(cols, stride, 2, count, ring, slots, spare3)
+    want_ring = np.full((slots, 3 * width), 9, np.uint8)
+    for r in range(count):
+        want_ring[(2 + r) % slots] = rgb[r].reshape(-1)
+    assert np.array_equal(ring, want_ring)
