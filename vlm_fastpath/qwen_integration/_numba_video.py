@@ -169,16 +169,19 @@ def _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, strea
 
 @njit(cache=True, nogil=True)
 def resize_patchify_group_band(frames, cs, xmin, xw, xprecision, starts, sizes, weights,  # noqa: ANN001, ANN201, PLR0913
-                               precision, lut, out, grid_w, p, m, t, g0, g1):
+                               precision, lut, out, total, grid_w, p, m, t, g0, g1):
     """Patch rows ``g0 .. g1`` of one temporal group: ``frames`` (uint8 ``[nf, H, W*cs]``,
     ``1 <= nf <= t`` consecutive frames, RGB or RGBX rows) each resized with torch's
     arithmetic (``xmin``/``xw``/``xprecision``: the horizontal taps as equal-length windows;
     ``starts``/``sizes``/``weights``/``precision``: the vertical ones), into ``out``, the
-    group's ``[grid_h * grid_w, 3 * t * p * p]`` rows, each row written whole. Each frame's
+    group's ``[grid_h * grid_w, 3 * t * p * p]`` rows of an output of ``total`` bytes, each row
+    written whole. Each frame's
     source rows are resampled once per band into its own ring of channel planes; neither
     resized frame is ever stored."""
     flat = out.reshape(out.size)
-    stream = flat.nbytes >= STREAM_MIN_BYTES
+    # streamed by the size of the whole output (``total`` bytes), not of this group's rows:
+    # a 1280x720 clip's uint8 group is 3.4 MB, its output 86 MB
+    stream = total >= STREAM_MIN_BYTES
     nf = frames.shape[0]
     width = frames.shape[2] // cs
     ow = xmin.shape[0]

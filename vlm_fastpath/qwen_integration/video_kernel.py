@@ -136,7 +136,8 @@ def fill_videos(
         rows = plan.rows_per_group
         for group in range(plan.grid_t):
             first, frames = group_frames(group, plan.frames, t)
-            tail = (lut, out[group * rows:(group + 1) * rows], plan.grid_w, p, m, t)
+            tail = (lut, out[group * rows:(group + 1) * rows], out.nbytes, plan.grid_w, p, m,
+                    t)
             if in_place:  # each band its own job
                 jobs.extend((kernel, video, last, first, frames, taps, tail, [band])
                             for band in bands)
