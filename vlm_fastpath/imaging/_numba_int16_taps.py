@@ -79,6 +79,17 @@ def _taps5(l0, l1, l2, l3, l4, w0, w1, w2, w3, w4, half, sh, dst):  # noqa: ANN0
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _taps6(l0, l1, l2, l3, l4, l5, w0, w1, w2, w3, w4, w5, half, sh, dst):  # noqa: ANN001, ANN202, PLR0913
+    """Six taps (a downscale to about 4/5: 1280x720 frames to 1008x560), which the 8-tap
+    sweep did with two zero taps: measured on such a frame, one thread, same run, the
+    horizontal sweep 0.58 -> 0.44 ms and the vertical pass 0.42 -> 0.33 ms."""
+    for j in range(dst.shape[0]):
+        total = mad16(mad16(mad16(half, w0, l0[j]), w1, l1[j]), w2, l2[j])
+        total = mad16(mad16(mad16(total, w3, l3[j]), w4, l4[j]), w5, l5[j])
+        dst[j] = shift_to_byte(total, sh)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _taps8(l0, l1, l2, l3, l4, l5, l6, l7, w0, w1, w2, w3, w4, w5, w6, w7, half, sh, dst):  # noqa: ANN001, ANN202, PLR0913
     for j in range(dst.shape[0]):
         total = mad16(mad16(mad16(mad16(half, w0, l0[j]), w1, l1[j]), w2, l2[j]), w3, l3[j])
@@ -96,9 +107,9 @@ def _weight(weights, k, count):  # noqa: ANN001, ANN202
 @njit(cache=True, nogil=True, inline="always")
 def _in_registers(l0, l1, l2, l3, l4, l5, l6, l7, weights, count, half, sh, dst):  # noqa: ANN001, ANN202, PLR0913
     """``count`` (3 to 8) taps over lines ``l0 ..`` in one sweep, the sums in registers (no
-    accumulator row in memory): windows of 3-4 taps (upscales), 5 (scales near 1) and 6-8
-    (downscales to about 1/2). Lines past ``count`` repeat a real one with weight 0, which adds
-    0 to every sum: the same integers."""
+    accumulator row in memory): windows of 3-4 taps (upscales), 5 (scales near 1), 6 (to
+    about 4/5) and 7-8 (downscales to about 1/2). Lines past ``count`` repeat a real one
+    with weight 0, which adds 0 to every sum: the same integers."""
     w0 = _weight(weights, 0, count)
     w1 = _weight(weights, 1, count)
     w2 = _weight(weights, 2, count)
@@ -107,6 +118,9 @@ def _in_registers(l0, l1, l2, l3, l4, l5, l6, l7, weights, count, half, sh, dst)
         _taps4(l0, l1, l2, l3, w0, w1, w2, w3, half, sh, dst)
     elif count == 5:
         _taps5(l0, l1, l2, l3, l4, w0, w1, w2, w3, np.int16(weights[4]), half, sh, dst)
+    elif count == 6:
+        _taps6(l0, l1, l2, l3, l4, l5, w0, w1, w2, w3, np.int16(weights[4]),
+               np.int16(weights[5]), half, sh, dst)
     else:
         _taps8(l0, l1, l2, l3, l4, l5, l6, l7, w0, w1, w2, w3, np.int16(weights[4]),
                np.int16(weights[5]), _weight(weights, 6, count), _weight(weights, 7, count),
@@ -154,8 +168,21 @@ def _columns5(cols, span, xmin, xw, half, sh, out):  # noqa: ANN001, ANN202, PLR
 
 
 @njit(cache=True, nogil=True)
+def _columns6(cols, span, xmin, xw, half, sh, out):  # noqa: ANN001, ANN202, PLR0913
+    """The same for 6 taps (downscales to about 4/5)."""
+    for xi in range(xmin.shape[0]):
+        x = np.uint64(xi)
+        o = np.uint64(xmin[x]) * span
+        _taps6(cols[o:o + span], cols[o + span:o + 2 * span], cols[o + 2 * span:o + 3 * span],
+               cols[o + 3 * span:o + 4 * span], cols[o + 4 * span:o + 5 * span],
+               cols[o + 5 * span:o + 6 * span], np.int16(xw[x, 0]), np.int16(xw[x, 1]),
+               np.int16(xw[x, 2]), np.int16(xw[x, 3]), np.int16(xw[x, 4]), np.int16(xw[x, 5]),
+               half, sh, out[x * span:(x + np.uint64(1)) * span])
+
+
+@njit(cache=True, nogil=True)
 def _columns8(cols, span, xmin, xw, half, sh, out):  # noqa: ANN001, ANN202, PLR0913
-    """The same for 3, 6, 7 or 8 taps as 8 (the missing ones weighed 0: :func:`_line`)."""
+    """The same for 3, 7 or 8 taps as 8 (the missing ones weighed 0: :func:`_line`)."""
     taps = xw.shape[1]
     last = np.uint64(taps - 1)
     for xi in range(xmin.shape[0]):
@@ -186,6 +213,9 @@ def horizontal_columns(cols, stride, xmin, xw, shift, acc, out):  # noqa: ANN001
         return
     if taps == 5:
         _columns5(cols, span, xmin, xw, half, sh, out)
+        return
+    if taps == 6:
+        _columns6(cols, span, xmin, xw, half, sh, out)
         return
     if 3 <= taps <= 8:
         _columns8(cols, span, xmin, xw, half, sh, out)
