@@ -11,7 +11,7 @@ STAMP := $(VENV)/.vlm-fastpath-installed
 CORE_PINS := ci/core-requirements.txt
 
 # ci/envs.py owns the envs; bench only adds its extras to one overlay.
-.PHONY: all venv bench e2e test test-core test-engines lint doctor clean
+.PHONY: all venv bench e2e test test-core test-engines lint doctor clean clean-numba
 
 all: test
 
@@ -93,4 +93,11 @@ doctor: venv
 
 clean:
 	rm -rf $(VENV) .envs build *.egg-info
+
+# numba keys each cached kernel by its own module's source file only: after editing a module
+# other kernels inline (imaging/_numba_resample.py, _numba_int16_taps.py, _numba_bytes.py...),
+# their callers' caches still hold the old code. Clear them before measuring or injecting bugs.
+# (Installed wheels are not affected: an upgrade writes new files, so every stamp changes.)
+clean-numba:
+	find vlm_fastpath -name '*.nbi' -delete -o -name '*.nbc' -delete
 # (the shared env cache stays: `python3.11 ci/envs.py gc --delete` removes stale cached envs)
