@@ -127,6 +127,9 @@ def _gather_columns(src, cs, first, count, stride, cols):  # noqa: ANN001, ANN20
                 cols[o] = _word(l0[i], l1[i], l2[i], l3[i], l4[i], l5[i], l6[i], l7[i])
                 o += g_stride
                 i += _ONE
+    # numba frees a local array after its last use in the code; this use keeps the scratch
+    # word alive (and owned) for every store through ``waste`` above
+    scratch[0] = np.uint64(0)
 
 
 @njit(cache=True, nogil=True)
