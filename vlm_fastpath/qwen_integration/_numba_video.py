@@ -175,9 +175,8 @@ def resize_patchify_group_band(frames, cs, xmin, xw, xprecision, starts, sizes, 
     arithmetic (``xmin``/``xw``/``xprecision``: the horizontal taps as equal-length windows;
     ``starts``/``sizes``/``weights``/``precision``: the vertical ones), into ``out``, the
     group's ``[grid_h * grid_w, 3 * t * p * p]`` rows of an output of ``total`` bytes, each row
-    written whole. Each frame's
-    source rows are resampled once per band into its own ring of channel planes; neither
-    resized frame is ever stored."""
+    written whole. Each frame's source rows are resampled once per band into its own ring of
+    channel planes; neither resized frame is ever stored."""
     flat = out.reshape(out.size)
     # streamed by the size of the whole output (``total`` bytes), not of this group's rows:
     # a 1280x720 clip's uint8 group is 3.4 MB, its output 86 MB
