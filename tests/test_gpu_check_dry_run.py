@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu" / "check_all.py"
-STEPS = ("deferred", "h2d", "syncs", "ipc", "normalize")
+STEPS = ("deferred", "h2d", "syncs", "ipc", "normalize", "host_cpu")
 
 
 def run_check(out: Path, *extra: str, timeout: float = 240) -> tuple[int, dict, str]:
@@ -53,6 +53,9 @@ def test_dry_run_every_step_ok_or_skipped(tmp_path):
         assert steps[name]["status"] == "ok"
         assert steps[name]["checks"], name
         assert any(s["reason"] == "skipped (needs CUDA)" for s in steps[name]["skipped"]), name
+    host = steps["host_cpu"]
+    assert host["status"] == "ok" and host["checks"][0]["counts"].get("passed", 0) > 0, host
+    assert host["measurements"]["host"]["usable_cores"] >= 1
     try:
         import sglang  # noqa: F401
     except ImportError:

@@ -25,6 +25,7 @@ class StepContext:
     device: str
     quick: bool
     inject: str | None = None  # "raise", "wrong" or "hang": set by the dry-run tests only
+    budget_s: float | None = None  # the step's time budget, for steps that pace themselves
 
     @property
     def cuda(self) -> bool:
