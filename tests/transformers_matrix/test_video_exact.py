@@ -16,6 +16,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from packaging.version import Version
@@ -107,3 +108,27 @@ def test_clips_equal_with_our_kernel(pair, dtype, limits, monkeypatch):
             assert_same_videos(want, got)
             compared += 1
     assert compared >= 6, "most clips must be compared, not refused"
+
+
+def test_videos_left_to_transformers_equal(pair):
+    """Videos our kernel does not take (4 channels, 1 channel, float pixels) go to this
+    release's own ``_prepare_input_videos``, with the arguments its signature has (5.18 added
+    ``do_convert_rgb``; before, passing it was a TypeError): equal output, or the same refusal."""
+    hf, fast = pair
+    rng = np.random.default_rng(0)
+    videos = {
+        "rgba THWC": rng.integers(0, 256, (2, 40, 56, 4), dtype=np.uint8),
+        "gray TCHW": torch.from_numpy(rng.integers(0, 256, (2, 1, 40, 56), dtype=np.uint8)),
+        "float THWC": rng.random((2, 40, 56, 3), dtype=np.float32),
+    }
+    compared: list[str] = []
+    for name, video in videos.items():
+        try:
+            want = _call(hf, video, {})
+        except Exception as exc:  # noqa: BLE001 - then ours must refuse it alike
+            with pytest.raises(type(exc)):
+                _call(fast, video, {})
+            continue
+        assert_same_videos(want, _call(fast, video, {}))
+        compared.append(name)
+    assert compared, "transformers refused every video: nothing was compared"

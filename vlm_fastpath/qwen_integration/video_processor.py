@@ -162,10 +162,12 @@ class _FastVideoMixin:
     def _prepare_input_videos(
         self,
         videos: Sequence[Any],
-        do_convert_rgb: bool | None = None,
         input_data_format: str | ChannelDimension | None = None,
         device: str | None = None,
+        **release_kwargs: Any,
     ) -> list[Any]:
+        """Our frames for uint8 RGB videos on the CPU; any other video goes to transformers'
+        own step with what this release passed (``do_convert_rgb`` only from 5.18 on)."""
         prepared: list[Any] = []
         for video in videos:
             array = _as_numpy_uint8(video)
@@ -179,8 +181,8 @@ class _FastVideoMixin:
             channels = None if array is None else array.shape[3 if last else 1]
             if array is None or channels != 3 or (device is not None and str(device) != "cpu"):
                 prepared.extend(super()._prepare_input_videos(  # type: ignore[misc]
-                    [video], do_convert_rgb=do_convert_rgb, input_data_format=input_data_format,
-                    device=device))
+                    [video], input_data_format=input_data_format, device=device,
+                    **release_kwargs))
                 continue
             frames = VideoFrames(array, last)
             _check_size(frames)
