@@ -46,6 +46,7 @@ TRANSPORTS = ("sglang.srt.utils.cuda_ipc_transport_utils",  # up to 0.5.17
 SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
 PATCH = "sglang-ipc-consumer-count"
 POOL_BYTES = 32 << 20
+RECYCLER_SLEEP_S = 0.05
 SHAPES = ((16, 3, 14, 14), (64, 3, 14, 14), (256, 3, 14, 14))
 LOCK_FILE = os.path.join(tempfile.gettempdir(), "vlm_fastpath_check_ipc.lock")
 _CPU_POOL: list[torch.Tensor] = []  # consumer side, CPU dry run: the shared pool tensor
@@ -192,8 +193,12 @@ class ReleasePool:
         if device.type == "cuda":
             params = inspect.signature(cls.__init__).parameters
             extra = (0,) if "base_gpu_id" in params else ()
-            self.pool = cls(POOL_BYTES, 3600, *extra)
-            self.pool._stop_recycler = True  # we recycle by hand, after each request
+            # We recycle by hand, after each request; the release's recycler thread (started by
+            # the constructor) sees the stop flag after its first sleep, so that sleep is short:
+            # a thread still sleeping holds the pool, and its 32 MiB stayed allocated on the
+            # H200 run when it slept for an hour.
+            self.pool = cls(POOL_BYTES, RECYCLER_SLEEP_S, *extra)
+            self.pool._stop_recycler = True
         else:
             pool = cls.__new__(cls)
             pool.memory_pool = torch.empty(POOL_BYTES, dtype=torch.int8).share_memory_()
@@ -248,6 +253,9 @@ class ReleasePool:
         if hasattr(self.pool, "shutdown"):
             with contextlib.suppress(Exception):
                 self.pool.shutdown()
+        thread = getattr(self.pool, "_recycle_thread", None)
+        if thread is not None and thread.is_alive():
+            raise RuntimeError("the release's pool recycler thread did not stop: it holds the pool")
         chunks = self.pool.available_chunks + self.pool.occupied_chunks
         buffers = {id(b): b for b in [c.sync_flag for c in chunks] + self.pool.sync_flag_list}
         for buf in buffers.values():  # unlink now, not in __del__ at interpreter exit
@@ -363,6 +371,10 @@ def rank_main(rank: int, tp: int, kind: str, device: str, quick: bool, wrong: bo
                     stats["mismatches"] += 1
                 del got
             outbox.put(("done", rank, request, stats))
+        # The release's proxy keeps what it reconstructed (``reconstruct_tensor``) for as long as
+        # the proxy lives; a server drops the proxies with their request: so do we, before the
+        # memory is read (the H200 run read one feature still held by the last request's).
+        msg = items = proxy = None
         _OPENED.clear()  # close the opened pool handles (the producer may free the pool)
         if kind == "sglang":
             import importlib
@@ -514,6 +526,8 @@ def run(ctx: StepContext, result: StepResult) -> None:
     result.measure("copies_all_ranks", totals["copies"])
     result.measure("copies_if_every_rank_copied", all_rank_copies)
     result.measure("ms_per_request", round(loop_s / n_requests * 1e3, 3))
+    # The last request's proxies hold views of the pool (``data=piece``): let them go first.
+    items = slots = proxy = slot = None
     pool.close()
     del pool, cpu_pool
     gc.collect()

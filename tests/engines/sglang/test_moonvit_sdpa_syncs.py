@@ -2,7 +2,8 @@
 
 Up to 0.5.15.post1 each SDPA block builds its mask from ``cu_seqlens.cpu().tolist()``; with
 ``sglang-moonvit-sdpa-host-cu-seqlens`` + ``sglang-vision-host-max-seqlen`` it uses the host
-``cu_seqlens`` of the forward: 0 syncs, identical outputs.
+``cu_seqlens`` of the forward: 0 syncs, identical outputs, and the mask moves to the device
+once per forward without blocking (the release copies it, blocking, in every block).
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def run_forward(model, items):
     return out, recorder
 
 
+def mask_copies(recorder) -> list[bool]:
+    """``non_blocking`` of each host-to-device copy the size of the forward's SDPA mask."""
+    tokens = sum(t * h * w for t, h, w in GRIDS)
+    return [c.non_blocking for c in recorder.h2d if c.nbytes == tokens * tokens]
+
+
 def test_sdpa_syncs_before_and_after(engine, sdpa_model):
     if engine["version"] not in UNPATCHED_SYNCS:
         pytest.skip(f"the SDPA patch does not apply to sglang {engine['version']}")
@@ -59,6 +66,11 @@ def test_sdpa_syncs_before_and_after(engine, sdpa_model):
     assert rec_before.syncs.count("cpu") == 27
     assert rec_after.sync_count == 0, rec_after.syncs
     assert rec_reverted.sync_count == rec_before.sync_count
+    # The mask's copy to the device: the release makes a blocking one in every block (on CUDA
+    # each is a sync: 27 more per forward on an H200); patched, one non-blocking per forward.
+    assert mask_copies(rec_before) == [False] * 27
+    assert mask_copies(rec_after) == [True]
+    assert mask_copies(rec_reverted) == [False] * 27
     assert torch.equal(before, after)
     assert torch.equal(before, reverted)
     assert before.shape[0] == sum(t * h * w for t, h, w in GRIDS) // 4
