@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torch.overrides import TorchFunctionMode
 
 from fixtures.reference_kimi import KIMI_K25_CFG, ref_preprocess
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiMediaConfig, plan_image
@@ -197,6 +198,47 @@ def test_k3_eager_matches_spec_oracle(fill):
         [img(Image.fromarray(_composite_oracle(array, bg)))], KIMI_K25_CFG
     )
     assert torch.equal(out["pixel_values"], expected) and torch.equal(out["grid_thws"], grid)
+
+
+class CudaScalarDivision(TorchFunctionMode):
+    """CUDA's rule for a float tensor divided by a Python number, emulated on the CPU: ATen's
+    CUDA kernel multiplies by the float32 reciprocal (one ulp off the quotient for some levels;
+    the H200 run of the deferred check found RGBA fills one level off the eager CPU path)."""
+
+    DIVIDE = (torch.Tensor.div, torch.Tensor.__truediv__, torch.div, torch.true_divide)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        if (func in self.DIVIDE and len(args) == 2 and not kwargs
+                and isinstance(args[1], (int, float)) and args[0].dtype == torch.float32):
+            return args[0] * float(np.float32(1.0) / np.float32(args[1]))
+        return func(*args, **kwargs)
+
+
+def _every_alpha_and_level() -> torch.Tensor:
+    """uint8 ``[4, 256, 256]``: every alpha (rows) under every colour level (columns)."""
+    alpha, level = torch.meshgrid(torch.arange(256), torch.arange(256), indexing="ij")
+    return torch.stack([level, level.flip(1), level, alpha]).to(torch.uint8)
+
+
+@pytest.mark.parametrize("fill", ["white", "black", "gray", "chessboard"])
+def test_uint8_fill_gives_the_cpu_bytes_under_cudas_division(fill):
+    """The K2.5 recipe's fill runs on the owner's device and must equal the eager CPU path."""
+    x = _every_alpha_and_level()
+    with CudaScalarDivision():
+        on_cuda_rules = fill_transparent_bg(x, fill)
+    assert torch.equal(on_cuda_rules, fill_transparent_bg(x, fill))
+
+
+def test_cuda_division_emulation_bites():
+    """The emulation changes the release's K3 op (so the test above can fail): K3 keeps it,
+    equal to SGLang's own op on each device, not across devices."""
+    from vlm_fastpath.kimi_integration.deferred.background import fill_transparent_bg_float
+
+    x = _every_alpha_and_level().to(torch.float32)
+    with CudaScalarDivision():
+        on_cuda_rules = fill_transparent_bg_float(x, "white")
+    assert not torch.equal(on_cuda_rules, fill_transparent_bg_float(x, "white"))
 
 
 def test_k3_fill_opaque_and_transparent_pixels():

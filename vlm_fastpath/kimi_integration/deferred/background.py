@@ -7,8 +7,14 @@ that carry transparency onto a configured background: ``white`` (255), ``black``
 the light one unless ``chessboard_square_on_top_left`` is false). The blend is SGLang's K3
 arithmetic (``kimi_k3_image_processing.fill_transparent_bg``, 0.5.17+) in float32,
 ``floor(clamp(a/255 * rgb + (1 - a/255) * bg, 0, 255))`` (the checkpoint casts with
-``astype(np.uint8)``, which truncates); every op is elementwise, so every device gives the
-same bytes. The checkpoint's ``transparent_bg_config`` dict (``pattern``,
+``astype(np.uint8)``, which truncates). Elementwise, but not the same bytes on every device:
+CUDA divides a tensor by a Python number as a multiplication by its float32 reciprocal, one
+ulp off the CPU's quotient for some levels, one level off after the floor (seen on an H200).
+The K3 recipe keeps the release's ops, so it equals SGLang's own K3 op on the device it runs
+on (SGLang preprocesses K3 on CUDA); the K2.5 recipe's uint8 fill reads ``a/255`` from a table
+divided on the CPU, so its owner on any device equals its eager CPU path.
+
+The checkpoint's ``transparent_bg_config`` dict (``pattern``,
 ``chessboard_square_size``, ``chessboard_white_value``, ``chessboard_gray_value``,
 ``chessboard_square_on_top_left``, ``transparent_bg_fill_stage``) is accepted as is; ``None``
 drops alpha.
@@ -130,19 +136,41 @@ def background_plane(bg: BackgroundConfig, height: int, width: int,
     return torch.full((height, width), level, dtype=torch.int32, device=device)
 
 
+# a/255 for a = 0..255, divided on the CPU (correctly rounded); per device, copied once.
+_ALPHA_TABLE = torch.arange(256, dtype=torch.float32) / 255.0
+_ALPHA_ON: dict[str, torch.Tensor] = {"cpu": _ALPHA_TABLE}
+
+
+def _alpha_table(device: torch.device) -> torch.Tensor:
+    table = _ALPHA_ON.get(str(device))
+    if table is None:  # a race only copies the 1 KiB table twice
+        table = _ALPHA_ON.setdefault(str(device), _ALPHA_TABLE.to(device, non_blocking=True))
+    return table
+
+
+def _blend(rgb: torch.Tensor, alpha: torch.Tensor, bg: BackgroundConfig) -> torch.Tensor:
+    """``floor(clamp(a * rgb + (1 - a) * bg, 0, 255))`` in float32 (K3's blend)."""
+    plane = background_plane(bg, rgb.shape[-2], rgb.shape[-1], rgb.device).to(rgb.dtype)
+    return (alpha * rgb + (1.0 - alpha) * plane).clamp(0.0, 255.0).floor_()
+
+
 def fill_transparent_bg(x: torch.Tensor, bg_config: BackgroundConfig | Any) -> torch.Tensor:
     """uint8 ``[..., C, H, W]`` -> uint8 ``[..., 3, H, W]`` with transparency resolved.
 
     ``C`` is 1 (gray: replicated), 3 (returned as is) or 4 (RGBA: alpha dropped for
-    ``drop``, else blended onto the background with K3's float32 arithmetic, see the module
-    docstring; elementwise, so identical on any device).
+    ``drop``, else blended onto the background with K3's float32 arithmetic, ``a/255`` read
+    from a table divided on the CPU: the same bytes on every device, see the module docstring).
     """
     if x.dtype != torch.uint8 or x.dim() < 3:
         raise ValueError(f"expected uint8 [..., C, H, W], got {x.dtype} {tuple(x.shape)}")
     if x.shape[-3] == 3:
         return x  # the common case: nothing to resolve, no float round trip
+    bg = BackgroundConfig.from_config(bg_config)
+    if x.shape[-3] == 4 and bg.needs_alpha:
+        alpha = _alpha_table(x.device)[x[..., 3:4, :, :].long()]
+        return _blend(x[..., :3, :, :].to(torch.float32), alpha, bg).to(torch.uint8)
     # Exact: the float op's inputs and outputs are integers in 0..255.
-    return fill_transparent_bg_float(x.to(torch.float32), bg_config).to(torch.uint8)
+    return fill_transparent_bg_float(x.to(torch.float32), bg).to(torch.uint8)
 
 
 def fill_transparent_bg_float(x: torch.Tensor, bg_config: BackgroundConfig | Any) -> torch.Tensor:
@@ -166,6 +194,5 @@ def fill_transparent_bg_float(x: torch.Tensor, bg_config: BackgroundConfig | Any
     rgb = x[..., :3, :, :]
     if not bg.needs_alpha:
         return rgb
-    alpha = (x[..., 3:4, :, :] / 255.0).clamp(0.0, 1.0)
-    plane = background_plane(bg, x.shape[-2], x.shape[-1], x.device).to(x.dtype)
-    return (alpha * rgb + (1.0 - alpha) * plane).clamp(0.0, 255.0).floor_()
+    # The release's op, as it runs on x's device (a Python divisor: see the module docstring).
+    return _blend(rgb, (x[..., 3:4, :, :] / 255.0).clamp(0.0, 1.0), bg)
