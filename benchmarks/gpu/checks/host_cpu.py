@@ -135,11 +135,11 @@ def run_bench(result: StepResult, key: str, module: str, args: list[str], timeou
 
 def run(ctx: StepContext, result: StepResult) -> None:
     start = time.perf_counter()
-    budget = ctx.budget_s or 180.0
+    budget = ctx.budget_s or 240.0
     facts = host_facts()
     result.measure("host", facts)
     print(f"  host: {facts}", flush=True)
-    run_parity(ctx, result, timeout=budget * 0.6 if ctx.cuda else budget)
+    run_parity(ctx, result, timeout=budget * 0.7 if ctx.cuda else budget)
     if not ctx.cuda or ctx.quick:
         result.skip("16-core side-by-side figures", "taken on the GPU machine only")
         return
