@@ -17,6 +17,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vlm_fastpath.qwen_integration.video_sizing import (
+    QWEN3,
+    installed_rule,
+    qwen3_legacy_frame_size,
+)
+
 from .video_helpers import (
     QWEN3_VL_VIDEO_CONFIG,
     UINT8,
@@ -32,6 +38,15 @@ from .video_helpers import (
 from .video_helpers import video_pairs as _video_pairs
 
 MODELS = ("qwen2.5-vl", "qwen3-vl")
+
+# This file exercises today's video rules (Qwen3-VL scales tiny frames up, rounds the temporal
+# length to nearest; 5.19 adds the per-frame cap). Under 5.6-5.14 (the legacy rule, probed)
+# transformers refuses or ignores much of it: tests/transformers_matrix/test_video_exact.py is
+# the parity check there (the H200 run's transformers 5.12.1 failed six tests here on that).
+pytestmark = pytest.mark.skipif(
+    installed_rule(QWEN3) is qwen3_legacy_frame_size,
+    reason="transformers' legacy Qwen3-VL video rule (5.6-5.14): see test_video_exact.py",
+)
 
 
 @pytest.fixture(scope="module")
