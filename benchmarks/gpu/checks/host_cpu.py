@@ -84,7 +84,10 @@ def pytest_counts(output: str) -> dict[str, int]:
 
 def run_parity(ctx: StepContext, result: StepResult, timeout: float) -> None:
     selection = PARITY_FILES if ctx.cuda and not ctx.quick else QUICK_SELECTION
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection]
+    # -rfE: the failures are named in the closing summary, which the note's tail keeps (the H200
+    # run's tail was transformers' log lines, and naming the failures took another device call)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
+           "--tb=line", "--show-capture=no", *selection]
     if selection is PARITY_FILES and importlib.util.find_spec("xdist") is not None:
         # one worker per file: numba's compiles (most of the ~140 s on a 2-core box) in parallel
         cmd += ["-n", str(min(len(PARITY_FILES), max(1, (os.cpu_count() or 1) // 2))),
