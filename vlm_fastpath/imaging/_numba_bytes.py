@@ -82,28 +82,75 @@ def transpose8(typingctx, s0, s1, s2, s3, s4, s5, s6, s7, d0, d1, d2, d3, d4, d5
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
         i64 = ir.IntType(64)
         bytes8 = ir.VectorType(ir.IntType(8), 8)
-        halves = ir.VectorType(ir.IntType(16), 8)
-        quads = ir.VectorType(ir.IntType(32), 4)
-        words = ir.VectorType(i64, 2)
         rows = [builder.bitcast(builder.load(builder.inttoptr(a, i64.as_pointer()), align=1),
                                 bytes8) for a in args[:8]]
-        # rows 2i and 2i+1 interleaved: 16-bit element k = (row 2i, row 2i+1) of column k
-        pairs = [builder.bitcast(builder.shuffle_vector(rows[2 * i], rows[2 * i + 1],
-                                                        _BYTES_PAIRED), halves)
-                 for i in range(4)]
-        # 32-bit element k of top_*: rows 0-3 of column k (bottom_*: rows 4-7), for columns
-        # 0-3 (*_left) and 4-7 (*_right)
-        top_left, top_right, bottom_left, bottom_right = (
-            builder.bitcast(builder.shuffle_vector(pairs[a], pairs[a + 1], mask), quads)
-            for a in (0, 2) for mask in (_HALVES_LOW, _HALVES_HIGH))
-        outs = []
-        for first, second in ((top_left, bottom_left), (top_right, bottom_right)):
-            for mask in (_WORDS_LOW, _WORDS_HIGH):
-                both = builder.bitcast(builder.shuffle_vector(first, second, mask), words)
-                outs.append(builder.extract_element(both, ir.Constant(ir.IntType(32), 0)))
-                outs.append(builder.extract_element(both, ir.Constant(ir.IntType(32), 1)))
+        outs = _transpose8_words(builder, rows)
         for value, address in zip(outs, args[8:], strict=True):
             builder.store(value, builder.inttoptr(address, i64.as_pointer()), align=1)
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+WIDE_GROUPS = 4  # 8-row groups per wide transpose (32 rows: a 32-byte store per column)
+
+
+def _transpose8_words(builder: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The 8x8 network of :func:`transpose8` on eight loaded ``<8 x i8>`` rows: column
+    ``k``'s eight bytes (one per row) as the ``k``-th i64."""
+    halves = ir.VectorType(ir.IntType(16), 8)
+    quads = ir.VectorType(ir.IntType(32), 4)
+    words = ir.VectorType(ir.IntType(64), 2)
+    pairs = [builder.bitcast(builder.shuffle_vector(rows[2 * i], rows[2 * i + 1],
+                                                    _BYTES_PAIRED), halves) for i in range(4)]
+    top_left, top_right, bottom_left, bottom_right = (
+        builder.bitcast(builder.shuffle_vector(pairs[a], pairs[a + 1], mask), quads)
+        for a in (0, 2) for mask in (_HALVES_LOW, _HALVES_HIGH))
+    outs = []
+    for first, second in ((top_left, bottom_left), (top_right, bottom_right)):
+        for mask in (_WORDS_LOW, _WORDS_HIGH):
+            both = builder.bitcast(builder.shuffle_vector(first, second, mask), words)
+            outs.append(builder.extract_element(both, ir.Constant(ir.IntType(32), 0)))
+            outs.append(builder.extract_element(both, ir.Constant(ir.IntType(32), 1)))
+    return outs
+
+
+def _rows_to_columns(kept: tuple[int, ...]) -> object:
+    """An intrinsic ``(src, row_bytes, dst, column_bytes)``: the 8 bytes at ``src + r *
+    row_bytes`` for ``r < 8 * WIDE_GROUPS`` (rows of equal stride), transposed; byte column
+    ``kept[i]`` (its ``8 * WIDE_GROUPS`` bytes, one per row) stored at ``dst + i *
+    column_bytes``, the other columns dropped (an RGBX pair's X bytes)."""
+
+    @intrinsic
+    def rows_to_columns(typingctx, src, row_bytes, dst, column_bytes):  # noqa: ANN001, ANN202, ARG001
+        sig = types.void(types.uint64, types.uint64, types.uint64, types.uint64)
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+            i64 = ir.IntType(64)
+            bytes8 = ir.VectorType(ir.IntType(8), 8)
+            column = ir.VectorType(i64, WIDE_GROUPS)
+            base, row_bytes, dst, column_bytes = args
+            rows = []
+            for r in range(8 * WIDE_GROUPS):
+                address = builder.add(base, builder.mul(row_bytes, ir.Constant(i64, r)))
+                rows.append(builder.bitcast(
+                    builder.load(builder.inttoptr(address, i64.as_pointer()), align=1), bytes8))
+            networks = [_transpose8_words(builder, rows[8 * n:8 * n + 8])
+                        for n in range(WIDE_GROUPS)]
+            for i, k in enumerate(kept):
+                value = ir.Constant(column, ir.Undefined)
+                for n in range(WIDE_GROUPS):
+                    value = builder.insert_element(value, networks[n][k],
+                                                   ir.Constant(ir.IntType(32), n))
+                address = builder.add(dst, builder.mul(column_bytes, ir.Constant(i64, i)))
+                builder.store(value, builder.inttoptr(address, column.as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return rows_to_columns
+
+
+# 32 rows of 8 interleaved RGB bytes into 8 columns; of 2 RGBX pixels into their 6 colours
+rgb_rows_to_columns = _rows_to_columns(tuple(range(8)))
+rgbx_rows_to_columns = _rows_to_columns((0, 1, 2, 4, 5, 6))
