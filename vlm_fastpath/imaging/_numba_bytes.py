@@ -154,3 +154,36 @@ def _rows_to_columns(kept: tuple[int, ...]) -> object:
 # 32 rows of 8 interleaved RGB bytes into 8 columns; of 2 RGBX pixels into their 6 colours
 rgb_rows_to_columns = _rows_to_columns(tuple(range(8)))
 rgbx_rows_to_columns = _rows_to_columns((0, 1, 2, 4, 5, 6))
+
+
+@intrinsic
+def columns_to_rows(typingctx, src, column_bytes, rows, offset):  # noqa: ANN001, ANN202, ARG001
+    """The inverse of :func:`rgb_rows_to_columns`: 8 columns of ``8 * WIDE_GROUPS`` bytes
+    (column ``k`` at ``src + k * column_bytes``) into rows, byte ``k`` of the 8 bytes at
+    ``rows[r] + offset`` from column ``k``'s byte ``r``; ``rows`` is the address of
+    ``8 * WIDE_GROUPS`` row addresses (uint64), which may repeat (a discarded padding row):
+    the stores are in row order. One 32-byte load per column where :func:`transpose8` makes
+    four 8-byte ones."""
+    sig = types.void(types.uint64, types.uint64, types.uint64, types.uint64)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        i64 = ir.IntType(64)
+        bytes8 = ir.VectorType(ir.IntType(8), 8)
+        column = ir.VectorType(i64, WIDE_GROUPS)
+        base, column_bytes, rows, offset = args
+        columns = []
+        for k in range(8):
+            address = builder.add(base, builder.mul(column_bytes, ir.Constant(i64, k)))
+            columns.append(builder.load(builder.inttoptr(address, column.as_pointer()),
+                                        align=1))
+        table = builder.inttoptr(rows, i64.as_pointer())
+        for n in range(WIDE_GROUPS):
+            words = [builder.bitcast(builder.extract_element(c, ir.Constant(ir.IntType(32), n)),
+                                     bytes8) for c in columns]
+            for r, value in enumerate(_transpose8_words(builder, words)):
+                row = builder.load(builder.gep(table, [ir.Constant(i64, 8 * n + r)]))
+                builder.store(value, builder.inttoptr(builder.add(row, offset),
+                                                      i64.as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -45,7 +45,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._numba_bytes import WIDE_GROUPS, rgb_rows_to_columns, rgbx_rows_to_columns, transpose8
+from ._numba_bytes import (
+    WIDE_GROUPS,
+    columns_to_rows,
+    rgb_rows_to_columns,
+    rgbx_rows_to_columns,
+    transpose8,
+)
 from ._numba_int32 import mad32, shift_to_byte
 from ._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 from .pillow_coeffs import PRECISION_BITS
@@ -192,11 +198,11 @@ def _horizontal_columns(cols, stride, xmin, xw, shift, acc, out):  # noqa: ANN00
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _unpack_words(cols, o, step, length, l0, l1, l2, l3, l4, l5, l6, l7):  # noqa: ANN001, ANN202, PLR0913
-    """Byte ``i`` of words ``cols[o]``, ``cols[o + step]``, ... into ``l<i>[0 .. length]``:
+def _unpack_words(cols, o, step, length, l0, l1, l2, l3, l4, l5, l6, l7, start):  # noqa: ANN001, ANN202, PLR0913
+    """Byte ``i`` of words ``cols[o]``, ``cols[o + step]``, ... into ``l<i>[start .. length]``:
     eight words into eight rows per 8x8 transpose (``transpose8``), the rest one word at a
     time. A row may be given more than once (a discarded padding row)."""
-    j = 0
+    j = start
     if (l0.strides[0] == 1 and l1.strides[0] == 1 and l2.strides[0] == 1
             and l3.strides[0] == 1 and l4.strides[0] == 1 and l5.strides[0] == 1
             and l6.strides[0] == 1 and l7.strides[0] == 1):
@@ -227,14 +233,51 @@ def _unpack_words(cols, o, step, length, l0, l1, l2, l3, l4, l5, l6, l7):  # noq
         l7[i] = np.uint8(w >> np.uint64(56))
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _unpack_wide(cols, o, step, length, rows):  # noqa: ANN001, ANN202
+    """The vector part of :func:`_unpack_words` for ``WIDE_GROUPS`` groups at once (words
+    ``o .. o + WIDE_GROUPS`` of each column, into the rows whose addresses ``rows`` holds):
+    the columns done, a multiple of 8; :func:`_unpack_words` finishes each group's rows from
+    there."""
+    b = np.uint64(8) * step
+    a = np.uint64(cols.ctypes.data) + np.uint64(8) * o
+    table = np.uint64(rows.ctypes.data)
+    j = 0
+    while j + 8 <= length:
+        columns_to_rows(a + np.uint64(j) * b, b, table, np.uint64(j))
+        j += 8
+    return j
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_address(lines, row, count, spare, slots):  # noqa: ANN001, ANN202
+    """The address of ring row ``row`` (its slot), or of ``spare`` for a padding row."""
+    if row < count:
+        return np.uint64(lines[row % slots].ctypes.data)
+    return np.uint64(spare.ctypes.data)
+
+
 @njit(cache=True, nogil=True)
 def _scatter_rows(cols, stride, first, count, ring, slots, spare):  # noqa: ANN001, ANN202
     """The inverse of :func:`_gather_columns` for the pass's output: row ``first + r`` (for
-    ``r < count``) into ring slot ``(first + r) % slots``; the padding rows into ``spare``."""
+    ``r < count``) into ring slot ``(first + r) % slots``; the padding rows into ``spare``.
+    Whole runs of ``WIDE_GROUPS`` groups move by :func:`_unpack_wide` (32-byte loads per
+    column), the rest as :func:`_unpack_words` does."""
     n = ring.shape[1]
     groups = stride // 8
+    wide = ring.strides[1] == 1 and spare.strides[0] == 1
+    rows = np.empty(8 * WIDE_GROUPS, np.uint64)
+    wide_until = 0
+    start = 0
     for g in range(groups):
         r0 = 8 * g
+        if g >= wide_until:
+            start = 0
+            if wide and g + WIDE_GROUPS <= groups:
+                for r in range(8 * WIDE_GROUPS):
+                    rows[r] = _row_address(ring, first + r0 + r, first + count, spare, slots)
+                start = _unpack_wide(cols, np.uint64(g), np.uint64(groups), n, rows)
+                wide_until = g + WIDE_GROUPS
         l0 = ring[(first + r0) % slots] if r0 < count else spare
         l1 = ring[(first + r0 + 1) % slots] if r0 + 1 < count else spare
         l2 = ring[(first + r0 + 2) % slots] if r0 + 2 < count else spare
@@ -243,7 +286,10 @@ def _scatter_rows(cols, stride, first, count, ring, slots, spare):  # noqa: ANN0
         l5 = ring[(first + r0 + 5) % slots] if r0 + 5 < count else spare
         l6 = ring[(first + r0 + 6) % slots] if r0 + 6 < count else spare
         l7 = ring[(first + r0 + 7) % slots] if r0 + 7 < count else spare
-        _unpack_words(cols, np.uint64(g), np.uint64(groups), n, l0, l1, l2, l3, l4, l5, l6, l7)
+        _unpack_words(cols, np.uint64(g), np.uint64(groups), n, l0, l1, l2, l3, l4, l5, l6, l7,
+                      start)
+    # keeps the address table alive (and owned) through every store above
+    rows[0] = np.uint64(0)
 
 
 @njit(cache=True, nogil=True)
@@ -253,11 +299,22 @@ def _scatter_planes(cols, stride, first, count, planes, slots, spare):  # noqa: 
     width = planes.shape[2]
     groups = stride // 8
     g_stride = np.uint64(3 * groups)
+    wide = planes.strides[2] == 1 and spare.strides[0] == 1
+    rows = np.empty(8 * WIDE_GROUPS, np.uint64)
+    wide_until = 0
+    starts = np.zeros(3, np.int64)
     for g in range(groups):
         r0 = 8 * g
         for c in range(3):
             plane = planes[c]
             y = first + r0
+            if g >= wide_until:
+                starts[c] = 0
+                if wide and g + WIDE_GROUPS <= groups:
+                    for r in range(8 * WIDE_GROUPS):
+                        rows[r] = _row_address(plane, y + r, first + count, spare, slots)
+                    starts[c] = _unpack_wide(cols, np.uint64(c * groups + g), g_stride, width,
+                                             rows)
             l0 = plane[y % slots] if r0 < count else spare
             l1 = plane[(y + 1) % slots] if r0 + 1 < count else spare
             l2 = plane[(y + 2) % slots] if r0 + 2 < count else spare
@@ -267,7 +324,10 @@ def _scatter_planes(cols, stride, first, count, planes, slots, spare):  # noqa: 
             l6 = plane[(y + 6) % slots] if r0 + 6 < count else spare
             l7 = plane[(y + 7) % slots] if r0 + 7 < count else spare
             _unpack_words(cols, np.uint64(c * groups + g), g_stride, width, l0, l1, l2, l3, l4,
-                          l5, l6, l7)
+                          l5, l6, l7, starts[c])
+        if g >= wide_until and wide and g + WIDE_GROUPS <= groups:
+            wide_until = g + WIDE_GROUPS
+    rows[0] = np.uint64(0)
 
 
 @njit(cache=True, nogil=True)
