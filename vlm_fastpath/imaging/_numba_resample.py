@@ -76,6 +76,20 @@ def _word(b0, b1, b2, b3, b4, b5, b6, b7):  # noqa: ANN001, ANN202, PLR0913
             | (np.uint64(b7) << np.uint64(56)))
 
 @njit(cache=True, nogil=True, inline="always")
+def _spread(row_bytes):  # noqa: ANN001, ANN202
+    """True when 32 rows ``row_bytes`` apart fall into at least 4 of the 64 sets of a 4 KiB
+    L1 way (``gcd(row_bytes, 4096) <= 1024``: at most 8 rows to an 8-way set), so a wide
+    transpose's rows stay in L1 from one chunk to the next. At a stride of 8192 bytes (2048
+    RGBX pixels) all 32 share one set: the wide gather took 3.96 ms for a 2048² frame where
+    eight rows at a time took 1.67 (2048 RGB pixels, two sets: 1.74 against 1.48)."""
+    a = row_bytes
+    b = 4096
+    while b:
+        a, b = b, a % b
+    return a <= 1024
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _gather_wide(src, cs, r0, chunks, step, d):  # noqa: ANN001, ANN202, PLR0913
     """Rows ``r0 .. r0 + 8*WIDE_GROUPS`` (all real rows) of the vector part of
     :func:`_gather_columns`: 32 bytes (one per row) stored per column per transpose."""
@@ -93,11 +107,12 @@ def _gather_wide(src, cs, r0, chunks, step, d):  # noqa: ANN001, ANN202, PLR0913
 def _gather_columns(src, cs, first, count, stride, cols):  # noqa: ANN001, ANN202
     """Rows ``first .. first+count`` of ``src`` turned column-major into ``cols`` (uint64):
     byte ``r`` of column ``j`` (an RGB byte of the row, X dropped) at ``cols8[j*stride + r]``.
-    Thirty-two real rows at a time go into four words of each column (``rgb_rows_to_columns``:
-    one 32-byte store per column, which took 2.4-2.9 ms for a 3840x2160 frame where eight
-    rows at a time, an 8-byte store per column into a line written again by each of the
-    block's eight groups, took 3.8-4.2 ms, one thread, same run); the other groups eight rows
-    per word, eight columns per 8x8 transpose (``transpose8``; the X words of RGBX go to a
+    Where the rows' stride spreads them over L1 (:func:`_spread`), thirty-two real rows at a
+    time go into four words of each column (``rgb_rows_to_columns``: one 32-byte store per
+    column; a 3840x2160 frame 3.8-3.9 -> 2.6 ms, 4032x3024 5.7 -> 4.0, 1280x720 0.28 -> 0.15,
+    one thread, same run, where eight rows at a time store 8 bytes per column into a line
+    that each of the block's eight groups writes again); the other groups eight rows per
+    word, eight columns per 8x8 transpose (``transpose8``; the X words of RGBX go to a
     discarded scratch word); rows past ``count`` (up to ``stride``, a multiple of 8) repeat
     the last one and are never read back."""
     width = src.shape[1] // cs
@@ -111,6 +126,7 @@ def _gather_columns(src, cs, first, count, stride, cols):  # noqa: ANN001, ANN20
     chunks = (3 * width) // 8 if cs == 3 else width // 2  # 8 source bytes each
     if not vector:
         chunks = 0
+    spread = _spread(src.strides[0])
     wide_until = 0  # groups below this one were moved by ``_gather_wide``
     for g in range(groups):
         r0 = first + 8 * g
@@ -123,7 +139,7 @@ def _gather_columns(src, cs, first, count, stride, cols):  # noqa: ANN001, ANN20
         l6 = src[min(r0 + 6, last)]
         l7 = src[min(r0 + 7, last)]
         d = np.uint64(cols.ctypes.data) + np.uint64(8 * g)
-        if chunks and g >= wide_until and r0 + 8 * WIDE_GROUPS - 1 <= last:
+        if chunks and spread and g >= wide_until and r0 + 8 * WIDE_GROUPS - 1 <= last:
             _gather_wide(src, cs, r0, chunks, step, d)
             wide_until = g + WIDE_GROUPS
         elif chunks and g >= wide_until:
@@ -262,10 +278,11 @@ def _scatter_rows(cols, stride, first, count, ring, slots, spare):  # noqa: ANN0
     """The inverse of :func:`_gather_columns` for the pass's output: row ``first + r`` (for
     ``r < count``) into ring slot ``(first + r) % slots``; the padding rows into ``spare``.
     Whole runs of ``WIDE_GROUPS`` groups move by :func:`_unpack_wide` (32-byte loads per
-    column), the rest as :func:`_unpack_words` does."""
+    column) where the ring's rows are spread over L1 (:func:`_spread`), the rest as
+    :func:`_unpack_words` does."""
     n = ring.shape[1]
     groups = stride // 8
-    wide = ring.strides[1] == 1 and spare.strides[0] == 1
+    wide = ring.strides[1] == 1 and spare.strides[0] == 1 and _spread(ring.strides[0])
     rows = np.empty(8 * WIDE_GROUPS, np.uint64)
     wide_until = 0
     start = 0
@@ -299,7 +316,7 @@ def _scatter_planes(cols, stride, first, count, planes, slots, spare):  # noqa: 
     width = planes.shape[2]
     groups = stride // 8
     g_stride = np.uint64(3 * groups)
-    wide = planes.strides[2] == 1 and spare.strides[0] == 1
+    wide = planes.strides[2] == 1 and spare.strides[0] == 1 and _spread(planes.strides[1])
     rows = np.empty(8 * WIDE_GROUPS, np.uint64)
     wide_until = 0
     starts = np.zeros(3, np.int64)
