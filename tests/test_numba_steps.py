@@ -205,3 +205,31 @@ def test_gather_and_scatter_wide_rows(width: int, cs: int, count: int) -> None:
     assert np.array_equal(ring, want_ring)
     assert not _spread(8192) and not _spread(6144)  # 2048 RGBX / RGB pixels
     assert _spread(11520) and _spread(15360) and _spread(5120) and _spread(3108)
+
+
+@pytest.mark.parametrize(("height", "width", "out_width"), [
+    (64, 3840, 1036),  # 15 taps: two taps per multiply, one whole block
+    (150, 3840, 1008),  # 16 taps, two whole blocks and a partial one
+    (128, 1280, 1008),  # 6 taps, paired
+    (70, 1920, 1288),  # 6 taps, a whole block and a partial one
+    (64, 2048, 2044),  # 5 taps: the one-tap sweeps
+    (64, 999, 131),  # 17 taps, an odd window
+    (64, 640, 1280),  # upscale, 4 taps
+])
+def test_int16_horizontal_pass_is_torchs(height: int, width: int, out_width: int) -> None:
+    """The int16 horizontal pass (``horizontal_planes``: one-tap sweeps and, for windows of
+    6 taps or more in whole 64-row blocks, two taps per multiply) against torch's own uint8
+    antialiased bicubic resize of the width alone."""
+    torch = pytest.importorskip("torch")
+    from vlm_fastpath.imaging._numba_int16_taps import horizontal_planes
+    from vlm_fastpath.imaging.torch_taps import padded_taps
+
+    rng = np.random.default_rng(width + out_width)
+    src = rng.integers(0, 256, (height, width, 3), np.uint8)
+    xmin, xw, shift = padded_taps(width, out_width)
+    planes = np.zeros((3, height, out_width), np.uint8)
+    horizontal_planes(src.reshape(height, width * 3), 3, 0, height, xmin, xw, shift, planes)
+    want = torch.nn.functional.interpolate(
+        torch.from_numpy(src).permute(2, 0, 1)[None], size=(height, out_width), mode="bicubic",
+        antialias=True, align_corners=False)[0]
+    assert torch.equal(torch.from_numpy(planes), want)

@@ -26,8 +26,10 @@ from ._numba_resample import (
     _gather_columns,
     _scatter_planes,
 )
+from ._numba_tap_pairs import RUN, columns_paired
 
 _I32 = ir.IntType(32)
+PAIRED_MIN_TAPS = 6  # windows this long go two taps per multiply (``_numba_tap_pairs``)
 
 
 @intrinsic
@@ -202,12 +204,16 @@ def _columns8(cols, span, xmin, xw, half, sh, out):  # noqa: ANN001, ANN202, PLR
 def horizontal_columns(cols, stride, xmin, xw, shift, acc, out):  # noqa: ANN001, ANN201, PLR0913
     """The horizontal pass of ``stride`` column-major rows (the shared resampler's
     ``_horizontal_columns``, int16 taps): output column ``3*x + c`` of every row is one run of
-    ``stride`` bytes of ``out``."""
+    ``stride`` bytes of ``out``. Whole 64-row blocks of windows of 6 taps or more go two taps
+    per multiply (``_numba_tap_pairs``)."""
     taps = xw.shape[1]
     sh = np.int32(shift)
     span = np.uint64(3 * stride)
     acc = acc[:span]
     half = np.int32(1 << (shift - 1))
+    if taps >= PAIRED_MIN_TAPS and span % np.uint64(RUN) == 0:
+        columns_paired(cols, span, xmin, xw, half, sh, out)
+        return
     if taps == 4:
         _columns4(cols, span, xmin, xw, half, sh, out)
         return
