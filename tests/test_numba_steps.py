@@ -233,3 +233,38 @@ def test_int16_horizontal_pass_is_torchs(height: int, width: int, out_width: int
         torch.from_numpy(src).permute(2, 0, 1)[None], size=(height, out_width), mode="bicubic",
         antialias=True, align_corners=False)[0]
     assert torch.equal(torch.from_numpy(planes), want)
+
+
+@pytest.mark.parametrize(("height", "out_height", "width"), [
+    (2160, 588, 1036),  # 15 taps: two taps per multiply, a last run that overlaps
+    (1080, 150, 64),  # 29 taps, a row of exactly one run
+    (999, 131, 200),  # 17 taps, odd window
+    (720, 560, 1008),  # 6 taps: the in-register sweep
+    (300, 290, 40),  # 5 taps, a row shorter than one run
+])
+def test_int16_vertical_pass_is_torchs(height: int, out_height: int, width: int) -> None:
+    """The int16 vertical pass (``vertical_row`` over a ring whose slots wrap) against
+    torch's own uint8 antialiased bicubic resize of the height alone."""
+    torch = pytest.importorskip("torch")
+    from vlm_fastpath.imaging._numba_int16_taps import vertical_row
+    from vlm_fastpath.imaging.torch_taps import axis_taps
+
+    rng = np.random.default_rng(height + out_height + width)
+    src = rng.integers(0, 256, (height, width), np.uint8)
+    taps = axis_taps(height, out_height)
+    slots = int(taps.sizes.max()) + 7
+    ring = np.zeros((slots, width), np.uint8)
+    acc = np.empty(width, np.int32)
+    out = np.zeros((out_height, width), np.uint8)
+    loaded = 0
+    for y in range(out_height):
+        stop = int(taps.starts[y] + taps.sizes[y])
+        while loaded < stop:  # rows enter the ring as a band would load them
+            ring[loaded % slots] = src[loaded]
+            loaded += 1
+        vertical_row(ring, taps.starts[y], taps.sizes[y], taps.weights[y], slots, acc, out[y],
+                     taps.precision)
+    want = torch.nn.functional.interpolate(
+        torch.from_numpy(src)[None, None], size=(out_height, width), mode="bicubic",
+        antialias=True, align_corners=False)[0, 0]
+    assert torch.equal(torch.from_numpy(out), want)

@@ -26,7 +26,7 @@ from ._numba_resample import (
     _gather_columns,
     _scatter_planes,
 )
-from ._numba_tap_pairs import RUN, columns_paired
+from ._numba_tap_pairs import RUN, columns_paired, vertical_paired
 
 _I32 = ir.IntType(32)
 PAIRED_MIN_TAPS = 6  # windows this long go two taps per multiply (``_numba_tap_pairs``)
@@ -257,6 +257,9 @@ def vertical_row(lines, first, count, weights, ring, acc, dst, shift):  # noqa: 
     ``_vertical``."""
     n = dst.shape[0]
     sh = np.int32(shift)
+    if count > 8 and ring > 0 and n >= RUN:
+        vertical_paired(lines, first, count, weights, ring, dst, shift)
+        return
     if 3 <= count <= 8 and ring > 0:
         last = first + count - 1
         _in_registers(lines[first % ring], lines[min(first + 1, last) % ring],

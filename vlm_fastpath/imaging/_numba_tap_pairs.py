@@ -9,6 +9,9 @@ columns ``k`` and ``k + 1`` are unpacked into the low and high 16 bits with shif
 (ALU ports, no shuffle), and one pairwise multiply-add weighs both. Measured on 64-row blocks,
 one thread, same run: 3840 -> 1036 (15 taps) 3.85 -> 2.59 ms a frame, 1920 -> 1288 (6 taps)
 1.66 -> 1.51 ms; 5 taps unchanged (2.34 / 2.35 ms, so shorter windows keep the old sweeps).
+The vertical pass's windows of more than 8 taps (8 and fewer keep their sums in registers)
+take the same step over rows (:func:`vertical_paired`): 2160 -> 588 rows, 0.94-1.02 -> 0.80 ms
+a frame's three planes.
 
 How: one call handles one output column's 64 rows (a 64-byte run of each tap's column). Lane
 ``i`` of the four accumulators holds rows ``4i``, ``4i + 1``, ``4i + 2``, ``4i + 3`` (byte
@@ -67,6 +70,49 @@ def _pair_lanes(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> list[ir.Valu
     ]
 
 
+def _paired_codegen(builder: ir.IRBuilder, tap_address: object, pairs: ir.Value,
+                    npairs: ir.Value, half: ir.Value, shift: ir.Value, dst: ir.Value) -> None:
+    """The loop over ``npairs`` tap pairs (``tap_address(builder, k)``: the 64 bytes of tap
+    ``k``, an i64 value; weights ``pairs[i]``), then the shift, clamp and packed store."""
+    entry = builder.block
+    loop = builder.function.append_basic_block("pairs_loop")
+    done = builder.function.append_basic_block("pairs_done")
+    start = _splat(builder, half)
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    i = builder.phi(_I64)
+    accs = [builder.phi(_V32) for _ in range(4)]
+    i.add_incoming(_I64(0), entry)
+    for acc in accs:
+        acc.add_incoming(start, entry)
+    even = builder.mul(i, _I64(2))
+    a = builder.load(builder.inttoptr(tap_address(builder, even), _V32.as_pointer()), align=1)
+    b = builder.load(builder.inttoptr(tap_address(builder, builder.add(even, _I64(1))),
+                                      _V32.as_pointer()), align=1)
+    weight = builder.load(builder.inttoptr(builder.add(pairs, builder.mul(i, _I64(4))),
+                                           _I32.as_pointer()), align=4)
+    w = _splat(builder, weight)
+    sums = [_madd_pairs(builder, acc, x, w)
+            for acc, x in zip(accs, _pair_lanes(builder, a, b), strict=True)]
+    following = builder.add(i, _I64(1))
+    body_end = builder.block
+    i.add_incoming(following, body_end)
+    for acc, total in zip(accs, sums, strict=True):
+        acc.add_incoming(total, body_end)
+    builder.cbranch(builder.icmp_signed("<", following, npairs), loop, done)
+    builder.position_at_end(done)
+    amount = _splat(builder, shift)
+    packed = None
+    for c, total in enumerate(sums):
+        v = builder.ashr(total, amount)
+        v = builder.select(builder.icmp_signed("<", v, _lanes(0)), _lanes(0), v)
+        v = builder.select(builder.icmp_signed(">", v, _lanes(255)), _lanes(255), v)
+        if c:
+            v = builder.shl(v, _lanes(8 * c))
+        packed = v if packed is None else builder.or_(packed, v)
+    builder.store(packed, builder.inttoptr(dst, _V32.as_pointer()), align=1)
+
+
 @intrinsic
 def paired_run(typingctx, dst, src, span, pairs, npairs, last, half, shift):  # noqa: ANN001, ANN202, ARG001, PLR0913
     """One output column's 64 rows: tap ``k``'s bytes at ``src + k * span`` (``k * span``
@@ -79,47 +125,75 @@ def paired_run(typingctx, dst, src, span, pairs, npairs, last, half, shift):  # 
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
         dst, src, span, pairs, npairs, last, half, shift = args
-        entry = builder.block
-        loop = builder.function.append_basic_block("pairs_loop")
-        done = builder.function.append_basic_block("pairs_done")
-        start = _splat(builder, half)
-        builder.branch(loop)
-        builder.position_at_end(loop)
-        i = builder.phi(_I64)
-        accs = [builder.phi(_V32) for _ in range(4)]
-        i.add_incoming(_I64(0), entry)
-        for acc in accs:
-            acc.add_incoming(start, entry)
-        first = builder.mul(builder.mul(i, _I64(2)), span)
-        second = builder.add(first, span)
-        second = builder.select(builder.icmp_unsigned(">", second, last), last, second)
-        a = builder.load(builder.inttoptr(builder.add(src, first), _V32.as_pointer()), align=1)
-        b = builder.load(builder.inttoptr(builder.add(src, second), _V32.as_pointer()), align=1)
-        weight = builder.load(builder.inttoptr(builder.add(pairs, builder.mul(i, _I64(4))),
-                                               _I32.as_pointer()), align=4)
-        w = _splat(builder, weight)
-        sums = [_madd_pairs(builder, acc, x, w)
-                for acc, x in zip(accs, _pair_lanes(builder, a, b), strict=True)]
-        following = builder.add(i, _I64(1))
-        body_end = builder.block
-        i.add_incoming(following, body_end)
-        for acc, total in zip(accs, sums, strict=True):
-            acc.add_incoming(total, body_end)
-        builder.cbranch(builder.icmp_signed("<", following, npairs), loop, done)
-        builder.position_at_end(done)
-        amount = _splat(builder, shift)
-        packed = None
-        for c, total in enumerate(sums):
-            v = builder.ashr(total, amount)
-            v = builder.select(builder.icmp_signed("<", v, _lanes(0)), _lanes(0), v)
-            v = builder.select(builder.icmp_signed(">", v, _lanes(255)), _lanes(255), v)
-            if c:
-                v = builder.shl(v, _lanes(8 * c))
-            packed = v if packed is None else builder.or_(packed, v)
-        builder.store(packed, builder.inttoptr(dst, _V32.as_pointer()), align=1)
+
+        def tap_address(builder: ir.IRBuilder, k: ir.Value) -> ir.Value:
+            offset = builder.mul(k, span)
+            offset = builder.select(builder.icmp_unsigned(">", offset, last), last, offset)
+            return builder.add(src, offset)
+
+        _paired_codegen(builder, tap_address, pairs, npairs, half, shift, dst)
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def paired_lines(typingctx, dst, lines, offset, pairs, npairs, half, shift):  # noqa: ANN001, ANN202, ARG001, PLR0913
+    """:func:`paired_run` for the vertical pass: tap ``k``'s 64 bytes at ``lines[k] +
+    offset`` (``lines``: the address of ``2 * npairs`` line addresses, uint64; an odd
+    window's last entry repeats a real line, weighed 0)."""
+    sig = types.void(types.uint64, types.uint64, types.uint64, types.uint64, types.int64,
+                     types.int32, types.int32)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        dst, lines, offset, pairs, npairs, half, shift = args
+        table = builder.inttoptr(lines, _I64.as_pointer())
+
+        def tap_address(builder: ir.IRBuilder, k: ir.Value) -> ir.Value:
+            return builder.add(builder.load(builder.gep(table, [k])), offset)
+
+        _paired_codegen(builder, tap_address, pairs, npairs, half, shift, dst)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pair_weights(weights, taps, pairs):  # noqa: ANN001, ANN202
+    """``weights[:taps]`` (int16 values) two to an int32 of ``pairs`` (low half first; an
+    odd window's last high half 0)."""
+    for p in range(pairs.shape[0]):
+        low = np.int32(weights[2 * p]) & np.int32(0xFFFF)
+        high = np.int32(weights[2 * p + 1]) if 2 * p + 1 < taps else np.int32(0)
+        pairs[p] = low | (high << np.int32(16))
+
+
+@njit(cache=True, nogil=True)
+def vertical_paired(lines, first, count, weights, ring, dst, shift):  # noqa: ANN001, ANN201, PLR0913
+    """One output row of the vertical pass (``_numba_int16_taps.vertical_row``'s arguments,
+    a ring of ``ring`` > 0 slots, ``dst`` at least :data:`RUN` long), two taps per multiply:
+    whole 64-byte runs, then one last run ending at the row's end (it recomputes a few
+    bytes, the same ones)."""
+    npairs = (count + 1) // 2
+    pairs = np.empty(npairs, np.int32)
+    _pair_weights(weights, count, pairs)
+    table = np.empty(2 * npairs, np.uint64)
+    for k in range(2 * npairs):
+        table[k] = np.uint64(lines[(first + min(k, count - 1)) % ring].ctypes.data)
+    n = dst.shape[0]
+    base = np.uint64(dst.ctypes.data)
+    address = np.uint64(table.ctypes.data)
+    weight_address = np.uint64(pairs.ctypes.data)
+    half = np.int32(1 << (shift - 1))
+    sh = np.int32(shift)
+    o = 0
+    while o < n:
+        o = min(o, n - RUN)
+        paired_lines(base + np.uint64(o), address, np.uint64(o), weight_address, npairs, half, sh)
+        o += RUN
+    # keep both tables alive (and owned) through every read through their addresses
+    pairs[0] = np.int32(0)
+    table[0] = np.uint64(0)
 
 
 @njit(cache=True, nogil=True)
@@ -130,10 +204,7 @@ def columns_paired(cols, span, xmin, xw, half, sh, out):  # noqa: ANN001, ANN201
     npairs = (taps + 1) // 2
     pairs = np.empty((xmin.shape[0], npairs), np.int32)
     for x in range(xmin.shape[0]):
-        for p in range(npairs):
-            low = np.int32(xw[x, 2 * p]) & np.int32(0xFFFF)
-            high = np.int32(xw[x, 2 * p + 1]) if 2 * p + 1 < taps else np.int32(0)
-            pairs[x, p] = low | (high << np.int32(16))
+        _pair_weights(xw[x], taps, pairs[x])
     base = np.uint64(cols.ctypes.data)
     out_base = np.uint64(out.ctypes.data)
     weights = np.uint64(pairs.ctypes.data)
