@@ -131,23 +131,31 @@ def test_gather_and_scatter_are_each_others_transpose(width: int, cs: int, count
     """The horizontal pass's transposes (8x8 vector blocks plus byte tails, RGB and RGBX, a
     source whose bytes are not adjacent): column-major as numpy transposes it, and back into
     channel planes and ring rows, padding rows only into the spare line."""
+    rng = np.random.default_rng(width * 131 + count * 7 + cs)
+    src = rng.integers(0, 256, (first + count, width * cs * (2 if strided else 1)), np.uint8)
+    if strided:
+        src = src[:, ::2]
+    _check_transposes(src, cs, first, count, 3)
+
+
+def _check_transposes(src: np.ndarray, cs: int, first: int, count: int, extra: int) -> None:
+    """Rows ``first ..`` of ``src`` column-major as numpy transposes them, and back into
+    channel planes and ring rows (``extra`` slots more than rows), padding rows only into
+    the spare line."""
     from vlm_fastpath.imaging._numba_resample import (
         _gather_columns,
         _scatter_planes,
         _scatter_rows,
     )
 
-    rng = np.random.default_rng(width * 131 + count * 7 + cs)
     height = first + count
-    src = rng.integers(0, 256, (height, width * cs * (2 if strided else 1)), np.uint8)
-    if strided:
-        src = src[:, ::2]
+    width = src.shape[1] // cs
     stride = (count + 7) // 8 * 8
     cols = np.zeros(3 * width * stride // 8, np.uint64)
     _gather_columns(src, cs, first, count, stride, cols)
     assert np.array_equal(cols.view(np.uint8), _columns_reference(src, cs, first, count, stride))
 
-    slots = height + 3
+    slots = height + extra
     planes = np.full((3, slots, width), 7, np.uint8)
     spare = np.zeros(width, np.uint8)
     _scatter_planes(cols, stride, first, count, planes, slots, spare)
@@ -171,38 +179,10 @@ def test_gather_and_scatter_wide_rows(width: int, cs: int, count: int) -> None:
     """Rows wide enough for the 32-row transposes, at strides that spread over L1 and at
     strides that alias (8192 and 6144 bytes: the 8-row path): the same columns as numpy's,
     and back into planes with the padding rows only in the spare line."""
-    from vlm_fastpath.imaging._numba_resample import (
-        _gather_columns,
-        _scatter_planes,
-        _scatter_rows,
-        _spread,
-    )
+    from vlm_fastpath.imaging._numba_resample import _spread
 
     rng = np.random.default_rng(width + count + cs)
-    first = 3
-    height = first + count
-    src = rng.integers(0, 256, (height, width * cs), np.uint8)
-    stride = (count + 7) // 8 * 8
-    cols = np.zeros(3 * width * stride // 8, np.uint64)
-    _gather_columns(src, cs, first, count, stride, cols)
-    assert np.array_equal(cols.view(np.uint8), _columns_reference(src, cs, first, count, stride))
-
-    slots = height + 5
-    planes = np.full((3, slots, width), 7, np.uint8)
-    spare = np.zeros(width, np.uint8)
-    _scatter_planes(cols, stride, first, count, planes, slots, spare)
-    rgb = src.reshape(height, width, cs)[first:, :, :3]
-    want = np.full((3, slots, width), 7, np.uint8)
-    want[:, first:first + count] = rgb.transpose(2, 0, 1)
-    assert np.array_equal(planes, want)
-
-    ring = np.full((slots, 3 * width), 9, np.uint8)
-    spare3 = np.zeros(3 * width, np.uint8)
-    _scatter_rows(cols, stride, 2, count, ring, slots, spare3)
-    want_ring = np.full((slots, 3 * width), 9, np.uint8)
-    for r in range(count):
-        want_ring[(2 + r) % slots] = rgb[r].reshape(-1)
-    assert np.array_equal(ring, want_ring)
+    _check_transposes(rng.integers(0, 256, (3 + count, width * cs), np.uint8), cs, 3, count, 5)
     assert not _spread(8192) and not _spread(6144)  # 2048 RGBX / RGB pixels
     assert _spread(11520) and _spread(15360) and _spread(5120) and _spread(3108)
 

@@ -93,6 +93,16 @@ def transpose8(typingctx, s0, s1, s2, s3, s4, s5, s6, s7, d0, d1, d2, d3, d4, d5
 
 
 WIDE_GROUPS = 4  # 8-row groups per wide transpose (32 rows: a 32-byte store per column)
+_WORD = ir.IntType(64)
+_BYTES8 = ir.VectorType(ir.IntType(8), 8)
+_COLUMN = ir.VectorType(_WORD, WIDE_GROUPS)  # one column's bytes of 32 rows
+
+
+def _strided(builder: ir.IRBuilder, base: ir.Value, step: ir.Value, k: int,
+             kind: ir.Type) -> ir.Value:
+    """A pointer to a ``kind`` at raw address ``base + k * step``."""
+    address = builder.add(base, builder.mul(step, ir.Constant(_WORD, k)))
+    return builder.inttoptr(address, kind.as_pointer())
 
 
 def _transpose8_words(builder: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
@@ -126,24 +136,18 @@ def _rows_to_columns(kept: tuple[int, ...]) -> object:
         sig = types.void(types.uint64, types.uint64, types.uint64, types.uint64)
 
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
-            i64 = ir.IntType(64)
-            bytes8 = ir.VectorType(ir.IntType(8), 8)
-            column = ir.VectorType(i64, WIDE_GROUPS)
             base, row_bytes, dst, column_bytes = args
-            rows = []
-            for r in range(8 * WIDE_GROUPS):
-                address = builder.add(base, builder.mul(row_bytes, ir.Constant(i64, r)))
-                rows.append(builder.bitcast(
-                    builder.load(builder.inttoptr(address, i64.as_pointer()), align=1), bytes8))
+            rows = [builder.bitcast(builder.load(_strided(builder, base, row_bytes, r, _WORD),
+                                                 align=1), _BYTES8)
+                    for r in range(8 * WIDE_GROUPS)]
             networks = [_transpose8_words(builder, rows[8 * n:8 * n + 8])
                         for n in range(WIDE_GROUPS)]
             for i, k in enumerate(kept):
-                value = ir.Constant(column, ir.Undefined)
+                value = ir.Constant(_COLUMN, ir.Undefined)
                 for n in range(WIDE_GROUPS):
                     value = builder.insert_element(value, networks[n][k],
                                                    ir.Constant(ir.IntType(32), n))
-                address = builder.add(dst, builder.mul(column_bytes, ir.Constant(i64, i)))
-                builder.store(value, builder.inttoptr(address, column.as_pointer()), align=1)
+                builder.store(value, _strided(builder, dst, column_bytes, i, _COLUMN), align=1)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -167,23 +171,17 @@ def columns_to_rows(typingctx, src, column_bytes, rows, offset):  # noqa: ANN001
     sig = types.void(types.uint64, types.uint64, types.uint64, types.uint64)
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
-        i64 = ir.IntType(64)
-        bytes8 = ir.VectorType(ir.IntType(8), 8)
-        column = ir.VectorType(i64, WIDE_GROUPS)
         base, column_bytes, rows, offset = args
-        columns = []
-        for k in range(8):
-            address = builder.add(base, builder.mul(column_bytes, ir.Constant(i64, k)))
-            columns.append(builder.load(builder.inttoptr(address, column.as_pointer()),
-                                        align=1))
-        table = builder.inttoptr(rows, i64.as_pointer())
+        columns = [builder.load(_strided(builder, base, column_bytes, k, _COLUMN), align=1)
+                   for k in range(8)]
+        table = builder.inttoptr(rows, _WORD.as_pointer())
         for n in range(WIDE_GROUPS):
             words = [builder.bitcast(builder.extract_element(c, ir.Constant(ir.IntType(32), n)),
-                                     bytes8) for c in columns]
+                                     _BYTES8) for c in columns]
             for r, value in enumerate(_transpose8_words(builder, words)):
-                row = builder.load(builder.gep(table, [ir.Constant(i64, 8 * n + r)]))
+                row = builder.load(builder.gep(table, [ir.Constant(_WORD, 8 * n + r)]))
                 builder.store(value, builder.inttoptr(builder.add(row, offset),
-                                                      i64.as_pointer()), align=1)
+                                                      _WORD.as_pointer()), align=1)
         return context.get_dummy_value()
 
     return sig, codegen
