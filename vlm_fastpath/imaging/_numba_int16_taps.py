@@ -257,7 +257,7 @@ def vertical_row(lines, first, count, weights, ring, acc, dst, shift):  # noqa: 
     ``_vertical``."""
     n = dst.shape[0]
     sh = np.int32(shift)
-    if count > 8 and ring > 0 and n >= RUN:
+    if count > 8 and ring > 0 and n >= RUN and dst.strides[0] == 1 and lines.strides[1] == 1:
         vertical_paired(lines, first, count, weights, ring, dst, shift)
         return
     if 3 <= count <= 8 and ring > 0:
