@@ -199,3 +199,20 @@ def test_without_numba_transformers_answers(pairs, calls, monkeypatch):  # noqa:
     for hf, fast in pairs.values():
         run_both_videos(hf, fast, rand_clip(7, 3, 40, 50), calls=calls, fast_path=False,
                         **NO_SAMPLING)
+
+
+@pytest.mark.parametrize(("frames", "height", "width"), [(4, 720, 1280), (4, 640, 1160),
+                                                         (0, 640, 1152)])
+def test_video_kernel_refuses_plans_outside_whole_merge_blocks(frames: int, height: int,
+                                                               width: int) -> None:
+    """A plan the sizing never makes (a frame not in whole merge blocks, no frames) is a
+    ValueError before the kernel runs: its merge-order row index would write past ``out``
+    (720 rows of 16-pixel patches, merge 2, crashed the process)."""
+    from vlm_fastpath.qwen_integration.video_kernel import VideoPlan, fill_videos
+
+    plan = VideoPlan(frames, height, width, 16, 2, 2)
+    clip = np.zeros((max(frames, 1), 720, 1280, 3), np.uint8)
+    out = np.empty((plan.num_patches, plan.row_length), np.uint8)
+    lut = np.tile(np.arange(256, dtype=np.uint8), (3, 1))
+    with pytest.raises(ValueError, match="whole 32-pixel merge blocks"):
+        fill_videos([clip], [True], [plan], [out], lut)

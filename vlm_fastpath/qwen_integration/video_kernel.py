@@ -125,6 +125,11 @@ def fill_videos(
             raise ValueError(f"out must be C-contiguous {(plan.num_patches, plan.row_length)}, "
                              f"got {out.shape}")
         p, m, t = plan.patch_size, plan.merge_size, plan.temporal_patch_size
+        if plan.height % (p * m) or plan.width % (p * m) or plan.frames < 1:
+            # the kernel's merge-order row index assumes whole merge blocks: anything else
+            # would write past ``out``
+            raise ValueError(f"a video plan needs frames and a {plan.height}x{plan.width} frame "
+                             f"in whole {p * m}-pixel merge blocks, got {plan}")
         height, width = video.shape[1:3] if last else video.shape[2:4]
         xmin, xw, xprecision = padded_taps(width, plan.width)
         ytaps = axis_taps(height, plan.height)
