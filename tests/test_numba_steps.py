@@ -202,13 +202,14 @@ def test_int16_horizontal_pass_is_torchs(height: int, width: int, out_width: int
     antialiased bicubic resize of the width alone."""
     torch = pytest.importorskip("torch")
     from vlm_fastpath.imaging._numba_int16_taps import horizontal_planes
-    from vlm_fastpath.imaging.torch_taps import padded_taps
+    from vlm_fastpath.imaging.torch_taps import padded_pairs, padded_taps
 
     rng = np.random.default_rng(width + out_width)
     src = rng.integers(0, 256, (height, width, 3), np.uint8)
     xmin, xw, shift = padded_taps(width, out_width)
     planes = np.zeros((3, height, out_width), np.uint8)
-    horizontal_planes(src.reshape(height, width * 3), 3, 0, height, xmin, xw, shift, planes)
+    horizontal_planes(src.reshape(height, width * 3), 3, 0, height, xmin, xw,
+                      padded_pairs(width, out_width), shift, planes)
     want = torch.nn.functional.interpolate(
         torch.from_numpy(src).permute(2, 0, 1)[None], size=(height, out_width), mode="bicubic",
         antialias=True, align_corners=False)[0]
@@ -242,8 +243,8 @@ def test_int16_vertical_pass_is_torchs(height: int, out_height: int, width: int)
         while loaded < stop:  # rows enter the ring as a band would load them
             ring[loaded % slots] = src[loaded]
             loaded += 1
-        vertical_row(ring, taps.starts[y], taps.sizes[y], taps.weights[y], slots, acc, out[y],
-                     taps.precision)
+        vertical_row(ring, taps.starts[y], taps.sizes[y], taps.weights[y], taps.pairs[y], slots,
+                     acc, out[y], taps.precision)
     want = torch.nn.functional.interpolate(
         torch.from_numpy(src)[None, None], size=(out_height, width), mode="bicubic",
         antialias=True, align_corners=False)[0, 0]

@@ -201,18 +201,20 @@ def _columns8(cols, span, xmin, xw, half, sh, out):  # noqa: ANN001, ANN202, PLR
 
 
 @njit(cache=True, nogil=True)
-def horizontal_columns(cols, stride, xmin, xw, shift, acc, out):  # noqa: ANN001, ANN201, PLR0913
+def horizontal_columns(cols, stride, xmin, xw, xpairs, shift, acc, out):  # noqa: ANN001, ANN201, PLR0913
     """The horizontal pass of ``stride`` column-major rows (the shared resampler's
-    ``_horizontal_columns``, int16 taps): output column ``3*x + c`` of every row is one run of
-    ``stride`` bytes of ``out``. Whole 64-row blocks of windows of 6 taps or more go two taps
-    per multiply (``_numba_tap_pairs``)."""
+    ``_horizontal_columns``, int16 taps ``xw``): output column ``3*x + c`` of every row is one
+    run of ``stride`` bytes of ``out``. Whole 64-row blocks of windows of 6 taps or more go
+    two taps per multiply (``_numba_tap_pairs``, with ``xpairs``: ``torch_taps.tap_pairs``
+    of ``xw``)."""
     taps = xw.shape[1]
     sh = np.int32(shift)
     span = np.uint64(3 * stride)
     acc = acc[:span]
     half = np.int32(1 << (shift - 1))
-    if taps >= PAIRED_MIN_TAPS and span % np.uint64(RUN) == 0:
-        columns_paired(cols, span, xmin, xw, half, sh, out)
+    if (taps >= PAIRED_MIN_TAPS and span % np.uint64(RUN) == 0
+            and xpairs.shape[1] >= (taps + 1) // 2 and xpairs.strides[1] == 4):
+        columns_paired(cols, span, xmin, xpairs, taps, half, sh, out)
         return
     if taps == 4:
         _columns4(cols, span, xmin, xw, half, sh, out)
@@ -251,14 +253,16 @@ def horizontal_columns(cols, stride, xmin, xw, shift, acc, out):  # noqa: ANN001
 
 
 @njit(cache=True, nogil=True)
-def vertical_row(lines, first, count, weights, ring, acc, dst, shift):  # noqa: ANN001, ANN201, PLR0913
+def vertical_row(lines, first, count, weights, pairs, ring, acc, dst, shift):  # noqa: ANN001, ANN201, PLR0913
     """One output row of the vertical pass over rows ``first .. first+count`` of ``lines``
-    (slot ``row % ring`` when ``ring`` > 0), int16 taps ``weights``: the shared resampler's
-    ``_vertical``."""
+    (slot ``row % ring`` when ``ring`` > 0), int16 taps ``weights`` (and ``pairs``, their
+    ``torch_taps.tap_pairs`` row): the shared resampler's ``_vertical``."""
     n = dst.shape[0]
     sh = np.int32(shift)
-    if count > 8 and ring > 0 and n >= RUN and dst.strides[0] == 1 and lines.strides[1] == 1:
-        vertical_paired(lines, first, count, weights, ring, dst, shift)
+    if (count > 8 and ring >= count and n >= RUN and dst.strides[0] == 1
+            and lines.strides[1] == 1 and pairs.shape[0] >= (count + 1) // 2
+            and pairs.strides[0] == 4):
+        vertical_paired(lines, first, count, pairs, ring, dst, shift)
         return
     if 3 <= count <= 8 and ring > 0:
         last = first + count - 1
@@ -298,19 +302,20 @@ def vertical_row(lines, first, count, weights, ring, acc, dst, shift):  # noqa: 
 
 
 @njit(cache=True, nogil=True)
-def resample_planes(src, cs, first, count, xmin, xw, shift, cols, hcols, acc, planes, slots,  # noqa: ANN001, ANN201, PLR0913
-                    spare):
+def resample_planes(src, cs, first, count, xmin, xw, xpairs, shift, cols, hcols, acc, planes,  # noqa: ANN001, ANN201, PLR0913
+                    slots, spare):
     """The horizontal pass of rows ``first .. first+count`` (at most one block) of ``src``
     into channel planes, ring slot ``row % slots`` (the shared resampler's
     ``resample_planes``, int16 taps)."""
     stride = (count + 7) // 8 * 8
     _gather_columns(src, cs, first, count, stride, cols)
-    horizontal_columns(cols.view(np.uint8), stride, xmin, xw, shift, acc, hcols.view(np.uint8))
+    horizontal_columns(cols.view(np.uint8), stride, xmin, xw, xpairs, shift, acc,
+                       hcols.view(np.uint8))
     _scatter_planes(hcols, stride, first, count, planes, slots, spare)
 
 
 @njit(cache=True, nogil=True)
-def horizontal_planes(src, cs, first, stop, xmin, xw, shift, planes):  # noqa: ANN001, ANN201, PLR0913
+def horizontal_planes(src, cs, first, stop, xmin, xw, xpairs, shift, planes):  # noqa: ANN001, ANN201, PLR0913
     """The horizontal pass alone for rows ``first .. stop`` of ``src`` (uint8 ``[H, W*cs]``)
     into the same rows of ``planes`` (uint8 ``[3, H, ow]``), in blocks of ``BLOCK_ROWS``
     (the shared resampler's ``horizontal_planes``, int16 taps)."""
@@ -323,6 +328,6 @@ def horizontal_planes(src, cs, first, stop, xmin, xw, shift, planes):  # noqa: A
     done = first
     while done < stop:
         count = min(BLOCK_ROWS, stop - done)
-        resample_planes(src, cs, done, count, xmin, xw, shift, cols, hcols, acc, planes,
-                        planes.shape[1], spare)
+        resample_planes(src, cs, done, count, xmin, xw, xpairs, shift, cols, hcols, acc,
+                        planes, planes.shape[1], spare)
         done += count

@@ -138,19 +138,24 @@ def paired_run(typingctx, dst, src, span, pairs, npairs, last, half, shift):  # 
 
 
 @intrinsic
-def paired_lines(typingctx, dst, lines, offset, pairs, npairs, half, shift):  # noqa: ANN001, ANN202, ARG001, PLR0913
-    """:func:`paired_run` for the vertical pass: tap ``k``'s 64 bytes at ``lines[k] +
-    offset`` (``lines``: the address of ``2 * npairs`` line addresses, uint64; an odd
-    window's last entry repeats a real line, weighed 0)."""
-    sig = types.void(types.uint64, types.uint64, types.uint64, types.uint64, types.int64,
-                     types.int32, types.int32)
+def paired_ring(typingctx, dst, base, stride, slot, ring, last, offset, pairs, npairs, half,  # noqa: ANN001, ANN202, ARG001, PLR0913
+                shift):
+    """:func:`paired_run` for the vertical pass over a ring of lines: tap ``k``'s 64 bytes at
+    ``base + s * stride + offset``, ``s`` the slot ``slot + min(k, last)`` wrapped once at
+    ``ring`` (``slot < ring``, ``last < ring``; an odd window's missing tap re-reads line
+    ``last``, weighed 0)."""
+    sig = types.void(types.uint64, types.uint64, types.uint64, types.uint64, types.uint64,
+                     types.uint64, types.uint64, types.uint64, types.int64, types.int32,
+                     types.int32)
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
-        dst, lines, offset, pairs, npairs, half, shift = args
-        table = builder.inttoptr(lines, _I64.as_pointer())
+        dst, base, stride, slot, ring, last, offset, pairs, npairs, half, shift = args
 
         def tap_address(builder: ir.IRBuilder, k: ir.Value) -> ir.Value:
-            return builder.add(builder.load(builder.gep(table, [k])), offset)
+            k = builder.select(builder.icmp_unsigned(">", k, last), last, k)
+            s = builder.add(slot, k)
+            s = builder.select(builder.icmp_unsigned(">=", s, ring), builder.sub(s, ring), s)
+            return builder.add(builder.add(base, builder.mul(s, stride)), offset)
 
         _paired_codegen(builder, tap_address, pairs, npairs, half, shift, dst)
         return context.get_dummy_value()
@@ -158,57 +163,40 @@ def paired_lines(typingctx, dst, lines, offset, pairs, npairs, half, shift):  # 
     return sig, codegen
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _pair_weights(weights, taps, pairs):  # noqa: ANN001, ANN202
-    """``weights[:taps]`` (int16 values) two to an int32 of ``pairs`` (low half first; an
-    odd window's last high half 0)."""
-    for p in range(pairs.shape[0]):
-        low = np.int32(weights[2 * p]) & np.int32(0xFFFF)
-        high = np.int32(weights[2 * p + 1]) if 2 * p + 1 < taps else np.int32(0)
-        pairs[p] = low | (high << np.int32(16))
-
-
 @njit(cache=True, nogil=True)
-def vertical_paired(lines, first, count, weights, ring, dst, shift):  # noqa: ANN001, ANN201, PLR0913
-    """One output row of the vertical pass (``_numba_int16_taps.vertical_row``'s arguments,
-    a ring of ``ring`` > 0 slots, ``dst`` at least :data:`RUN` long), two taps per multiply:
-    whole 64-byte runs, then one last run ending at the row's end (it recomputes a few
-    bytes, the same ones)."""
+def vertical_paired(lines, first, count, pairs, ring, dst, shift):  # noqa: ANN001, ANN201, PLR0913
+    """One output row of the vertical pass (``_numba_int16_taps.vertical_row``'s arguments:
+    a ring of ``ring`` >= ``count`` slots, contiguous lines, ``dst`` contiguous and at least
+    :data:`RUN` long), two taps per multiply with the row's ``pairs``
+    (``torch_taps.tap_pairs``): whole 64-byte runs, then one last run ending at the row's
+    end (it recomputes a few bytes, the same ones)."""
     npairs = (count + 1) // 2
-    pairs = np.empty(npairs, np.int32)
-    _pair_weights(weights, count, pairs)
-    table = np.empty(2 * npairs, np.uint64)
-    for k in range(2 * npairs):
-        table[k] = np.uint64(lines[(first + min(k, count - 1)) % ring].ctypes.data)
     n = dst.shape[0]
-    base = np.uint64(dst.ctypes.data)
-    address = np.uint64(table.ctypes.data)
-    weight_address = np.uint64(pairs.ctypes.data)
+    out = np.uint64(dst.ctypes.data)
+    base = np.uint64(lines.ctypes.data)
+    stride = np.uint64(lines.strides[0])
+    slot = np.uint64(first % ring)
+    weights = np.uint64(pairs.ctypes.data)
     half = np.int32(1 << (shift - 1))
     sh = np.int32(shift)
     o = 0
     while o < n:
         o = min(o, n - RUN)
-        paired_lines(base + np.uint64(o), address, np.uint64(o), weight_address, npairs, half, sh)
+        paired_ring(out + np.uint64(o), base, stride, slot, np.uint64(ring),
+                    np.uint64(count - 1), np.uint64(o), weights, npairs, half, sh)
         o += RUN
-    # keep both tables alive (and owned) through every read through their addresses
-    pairs[0] = np.int32(0)
-    table[0] = np.uint64(0)
 
 
 @njit(cache=True, nogil=True)
-def columns_paired(cols, span, xmin, xw, half, sh, out):  # noqa: ANN001, ANN201, PLR0913
+def columns_paired(cols, span, xmin, pairs, taps, half, sh, out):  # noqa: ANN001, ANN201, PLR0913
     """The horizontal pass on column-major bytes (``_numba_int16_taps.horizontal_columns``'
-    layout, ``span`` a multiple of :data:`RUN`), two taps per multiply."""
-    taps = xw.shape[1]
+    layout, ``span`` a multiple of :data:`RUN`) of ``taps``-long windows, two taps per
+    multiply with their ``pairs`` (``torch_taps.tap_pairs``, one row per output column)."""
     npairs = (taps + 1) // 2
-    pairs = np.empty((xmin.shape[0], npairs), np.int32)
-    for x in range(xmin.shape[0]):
-        _pair_weights(xw[x], taps, pairs[x])
     base = np.uint64(cols.ctypes.data)
     out_base = np.uint64(out.ctypes.data)
     weights = np.uint64(pairs.ctypes.data)
-    pair_bytes = np.uint64(4 * npairs)
+    pair_bytes = np.uint64(pairs.strides[0])
     last = np.uint64(taps - 1) * span
     run = np.uint64(RUN)
     for xi in range(xmin.shape[0]):
@@ -218,6 +206,3 @@ def columns_paired(cols, span, xmin, xw, half, sh, out):  # noqa: ANN001, ANN201
             o = np.uint64(r) * run
             paired_run(out_base + x * span + o, column + o, span, weights + x * pair_bytes,
                        npairs, last, half, sh)
-    # numba frees a local array after its last use in the code; this keeps the weights
-    # alive (and owned) through every read through their address above
-    pairs[0, 0] = np.int32(0)

@@ -37,6 +37,20 @@ class AxisTaps:
     sizes: np.ndarray  # int64 [out]
     weights: np.ndarray  # int32 [out, max taps]
     precision: int
+    pairs: np.ndarray  # int32 [out, (max taps + 1) // 2]: ``tap_pairs(weights)``
+
+
+def tap_pairs(weights: np.ndarray) -> np.ndarray:
+    """``weights`` (int16 values, zero past each window) two to an int32, tap ``2i`` in the
+    low 16 bits and ``2i + 1`` in the high, read-only: the operand of the kernels' two-taps-
+    per-multiply sweeps (``_numba_tap_pairs``), made once per plan instead of per block."""
+    rows, taps = weights.shape
+    even = np.zeros((rows, taps + taps % 2), np.int64)
+    even[:, :taps] = weights
+    halves = even & 0xFFFF  # each int16 value's two bytes
+    pairs = (halves[:, 0::2] | (halves[:, 1::2] << 16)).astype(np.uint32).view(np.int32)
+    pairs.setflags(write=False)
+    return pairs
 
 
 def _cubic(x: float) -> float:
@@ -89,7 +103,7 @@ def axis_taps(in_size: int, out_size: int) -> AxisTaps:
     weights = rounded.astype(np.int32)
     for array in (starts, sizes, weights):
         array.setflags(write=False)
-    return AxisTaps(starts, sizes, weights, precision)
+    return AxisTaps(starts, sizes, weights, precision, tap_pairs(weights))
 
 
 @lru_cache(maxsize=256)
@@ -99,3 +113,9 @@ def padded_taps(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, in
     taps = axis_taps(in_size, out_size)
     start, weights = pad_windows(taps.starts, taps.sizes, taps.weights, in_size)
     return start, weights, taps.precision
+
+
+@lru_cache(maxsize=256)
+def padded_pairs(in_size: int, out_size: int) -> np.ndarray:
+    """:func:`tap_pairs` of :func:`padded_taps`' weights (the horizontal pass's)."""
+    return tap_pairs(padded_taps(in_size, out_size)[1])
