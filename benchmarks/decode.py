@@ -3,7 +3,9 @@
 1. Decode alone, per format and size (1024², 2048², 4032x3024): ``decode_bytes`` (the layer
    the patches use: Pillow opens, a verified codec library decodes) against Pillow's
    ``Image.open`` + ``load``. Targets (issue #30), each the median over the three sizes:
-   JPEG >= 1.2x, PNG >= 1.3x, WebP >= 1.3x.
+   JPEG >= 1.2x, PNG >= 1.3x, WebP >= 1.3x. Extra JPEG rows with restart markers every MCU
+   row (a camera's layout; decoded in parts on the resize pool, ``decode.jpeg_parts``) are
+   shown beside them and are not in the target's medians.
 2. Bytes to pixel_values: vLLM's own ``ImageMediaIO.load_bytes`` with the patch
    ``vllm-fast-image-decode`` applied and reverted (when vLLM imports here; else the same
    steps spelled out: open, EXIF transpose, load, RGB), feeding our ``FusedKimiProcessor``
@@ -77,6 +79,9 @@ def inputs(quick: bool) -> list[tuple[str, str, bytes]]:
         out.append(("jpeg", label, encode(rgb, "JPEG", quality=90)))
         out.append(("png", label, encode(rgb, "PNG")))
         out.append(("webp", label, encode(rgb, "WEBP", quality=80)))
+        if w >= 2048:  # a camera's layout: restart markers every MCU row (decoded in parts)
+            out.append(("jpeg", f"{label} restart markers",
+                        encode(rgb, "JPEG", quality=90, restart_marker_rows=1)))
     if not quick:
         try:
             from skimage import data as skdata
@@ -85,6 +90,8 @@ def inputs(quick: bool) -> list[tuple[str, str, bytes]]:
                                                             Image.Resampling.LANCZOS)
             out.append(("jpeg", "4032x3024 photo", encode(np.asarray(photo), "JPEG",
                                                           quality=92)))
+            out.append(("jpeg", "4032x3024 photo, restart markers",
+                        encode(np.asarray(photo), "JPEG", quality=92, restart_marker_rows=1)))
         except ImportError:
             pass
     return out
@@ -191,9 +198,10 @@ def main() -> None:
         print(f"| {r['fmt']} | {r['size']} | {r['mb']:.2f} | {r['pillow_ms']:.1f} | "
               f"{r['ours_ms']:.1f} | {r['first_ms']:.1f} | {r['speedup']:.2f}x | "
               f"{r['filled_ms']:.1f} | {r['filled_speedup']:.2f}x | {r['exact']} |")
+    plain = {f"{w}x{h}" for w, h in SIZES}  # the target's rows: no photo, no markers
     print("\n| format | median speed-up over sizes | target | met |\n|---|---|---|---|")
     for fmt, target in TARGETS.items():
-        ups = [r["speedup"] for r in rows if r["fmt"] == fmt and "photo" not in r["size"]]
+        ups = [r["speedup"] for r in rows if r["fmt"] == fmt and r["size"] in plain]
         if ups:
             med = statistics.median(ups)
             print(f"| {fmt} | {med:.2f}x | {target}x | {'yes' if med >= target else 'NO'} |")

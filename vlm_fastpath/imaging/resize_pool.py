@@ -18,6 +18,7 @@ from pathlib import Path
 from .. import settings
 
 THREADS_ENV = "VLM_FASTPATH_RESIZE_THREADS"
+POOL_THREAD_PREFIX = "vlm-fastpath-resize"  # the pool's thread names start with it
 MAX_DEFAULT_THREADS = 8  # beyond this, memory bandwidth (not cores) bounds one call
 
 _lock = threading.Lock()
@@ -110,7 +111,7 @@ def get_pool() -> ThreadPoolExecutor:
         if _pool is None:
             workers = default_workers()
             _pool = (ThreadPoolExecutor(max_workers=workers,
-                                        thread_name_prefix="vlm-fastpath-resize"), workers)
+                                        thread_name_prefix=POOL_THREAD_PREFIX), workers)
         return _pool[0]
 
 

@@ -65,6 +65,8 @@ def webp_imagecodecs() -> Decoder:
 ADAPTERS: dict[str, tuple[str, Callable[[], Decoder]]] = {
     "jpeg-ycbcr": ("simplejpeg", lambda: jpeg_simplejpeg(gray=False)),
     "jpeg-gray": ("simplejpeg", lambda: jpeg_simplejpeg(gray=True)),
+    # a restart-marked jpeg-ycbcr image decoded in parts on several cores (jpeg_parts)
+    "jpeg-parts": ("simplejpeg", lambda: jpeg_simplejpeg(gray=False)),
     "png-8bit": ("imagecodecs", png_imagecodecs),
     "webp-still": ("imagecodecs", webp_imagecodecs),
 }

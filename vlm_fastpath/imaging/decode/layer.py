@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from typing import Any
 
 import numpy as np
 from PIL import Image, features
 
 from ..output_pool import empty_output
-from . import codecs, decoded_image, variants, verified
+from ..resize_pool import POOL_THREAD_PREFIX, get_pool, pool_size
+from . import codecs, decoded_image, jpeg_parts, variants, verified
 
 ENV_SWITCH = "VLM_FASTPATH_FAST_DECODE"  # "0": off; "all": also exact-but-not-faster rows
 _CODEC_NAMES = ("libjpeg_turbo", "zlib_ng", "webp")
@@ -126,6 +128,8 @@ def decode_opened(image: Any) -> Image.Image | None:
     # time faulting in fresh pages: 4032x3024 JPEG 45.8 ms fresh vs 42.7 ms reused).
     out = empty_output((height, width) if channels == 1 and variant == "png-8bit" else
                    (height, width, channels), np.uint8)
+    if variant == "jpeg-ycbcr" and _in_parts(data, out):
+        return _as_loaded(image, out, variant)
     try:
         pixels = decode(data, out)
     except Exception:  # noqa: BLE001 - the library refused it: Pillow decides, errors included
@@ -133,6 +137,21 @@ def decode_opened(image: Any) -> Image.Image | None:
     if not _filled(pixels, out):
         return None
     return _as_loaded(image, out, variant)
+
+
+def _in_parts(data: bytes, out: np.ndarray) -> bool:
+    """``out`` filled by decoding a restart-marked JPEG in parts on the resize pool
+    (``jpeg_parts``); False: decode it whole (also when a part failed: the whole decode, or
+    Pillow after it, then decides)."""
+    decode = _in_use("jpeg-parts")
+    workers = pool_size()
+    if decode is None or workers < 2 or threading.current_thread().name.startswith(
+            POOL_THREAD_PREFIX):  # a pool worker waiting on the pool could wait forever
+        return False
+    try:
+        return jpeg_parts.decode_in_parts(data, out, decode, get_pool().submit, workers)
+    except Exception:  # noqa: BLE001 - a part refused: the whole image's decode decides
+        return False
 
 
 def _filled(pixels: Any, out: np.ndarray) -> bool:
