@@ -4,8 +4,8 @@
    the patches use: Pillow opens, a verified codec library decodes) against Pillow's
    ``Image.open`` + ``load``. Targets (issue #30), each the median over the three sizes:
    JPEG >= 1.2x, PNG >= 1.3x, WebP >= 1.3x. Extra JPEG rows with restart markers every MCU
-   row (a camera's layout; decoded in parts on the resize pool, ``decode.jpeg_parts``) are
-   shown beside them and are not in the target's medians.
+   row (as some camera encoders write them; decoded in parts on the resize pool,
+   ``decode.jpeg_parts``) are shown beside them and are not in the target's medians.
 2. Bytes to pixel_values: vLLM's own ``ImageMediaIO.load_bytes`` with the patch
    ``vllm-fast-image-decode`` applied and reverted (when vLLM imports here; else the same
    steps spelled out: open, EXIF transpose, load, RGB), feeding our ``FusedKimiProcessor``
@@ -79,7 +79,7 @@ def inputs(quick: bool) -> list[tuple[str, str, bytes]]:
         out.append(("jpeg", label, encode(rgb, "JPEG", quality=90)))
         out.append(("png", label, encode(rgb, "PNG")))
         out.append(("webp", label, encode(rgb, "WEBP", quality=80)))
-        if w >= 2048:  # a camera's layout: restart markers every MCU row (decoded in parts)
+        if w >= 2048:  # restart markers every MCU row, as some cameras write (decoded in parts)
             out.append(("jpeg", f"{label} restart markers",
                         encode(rgb, "JPEG", quality=90, restart_marker_rows=1)))
     if not quick:

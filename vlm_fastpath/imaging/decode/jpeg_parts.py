@@ -3,12 +3,12 @@
 Why: a large JPEG decodes on one core (libjpeg-turbo, Pillow's or simplejpeg's), and that
 is most of its time in the API server (issue #30); no maintained library streams rows at
 libjpeg-turbo's speed (``benchmarks/results/decode_streaming.md``). A JPEG written with
-restart markers (camera and phone encoders often write them) is a chain of entropy segments
+restart markers (some camera and hardware encoders write them) is a chain of entropy segments
 that each start afresh: no DC prediction and no bit position carries across a marker.
-How: the bytes are cut at the restart markers that begin two MCU rows, never inside
-them. Each part is a JPEG of its own: the original headers with the frame height changed,
-then its segments and an EOI, decoded by the same library as the whole image (the
-``jpeg-parts`` row of ``verified.RULES``) on the resize pool. No pixel is computed by us.
+How: the bytes are cut only at restart markers that begin an MCU row, never inside one. Each
+part is a JPEG of its own: the original headers with the frame height changed, then its
+segments and an EOI, decoded by the same library as the whole image (the ``jpeg-parts`` row
+of ``verified.RULES``) on the resize pool. No pixel is computed by us.
 The only thing a part cannot know is what lies beyond its edges, which matters for chroma
 upsampling with vertical context (4:2:0, 4:4:0, ``vmax == 2``): libjpeg-turbo's fancy
 upsampling gives output row ``2k`` the chroma rows ``k - 1`` and ``k``, and row ``2k + 1`` rows
