@@ -47,6 +47,7 @@ Decoder = Callable[[bytes, np.ndarray], np.ndarray]
 MIN_PART_PIXELS = 2_000_000
 _SOF_SEQUENTIAL = (0xC0, 0xC1)  # baseline and extended sequential, Huffman
 _EOI = 0xD9
+_READ = frozenset((*_SOF_SEQUENTIAL, 0xDD, 0xDA))  # the segments whose contents are read
 _RST0 = 0xD0
 
 
@@ -127,9 +128,10 @@ def _frame_and_scan(data: bytes) -> tuple[int, int, int, int, int, int, int] | N
             pos += 1
             continue
         (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
-        segment = data[pos + 4 : pos + 2 + length]
         if length < 2 or pos + 2 + length > end:
             return None
+        # sliced only where read: APPn segments (EXIF, ICC profiles) can be large
+        segment = data[pos + 4 : pos + 2 + length] if kind in _READ else b""
         if kind in _SOF_SEQUENTIAL:
             if len(segment) < 6:
                 return None
