@@ -75,7 +75,7 @@ CASES = [
 
 @pytest.mark.parametrize(("width", "height", "sampling", "restart", "cut"), CASES,
                          ids=lambda v: str(v))
-@pytest.mark.parametrize("parts", [2, 3, 5])
+@pytest.mark.parametrize("parts", [2, 3, 5, 8])  # 8: the pool's most workers
 def test_parts_are_pillows_pixels(width, height, sampling, restart, cut, parts):
     data = encoded(width, height, sampling, **restart)
     got = in_parts(data, parts)
