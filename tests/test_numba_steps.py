@@ -199,17 +199,19 @@ def test_gather_and_scatter_wide_rows(width: int, cs: int, count: int) -> None:
 def test_int16_horizontal_pass_is_torchs(height: int, width: int, out_width: int) -> None:
     """The int16 horizontal pass (``horizontal_planes``: one-tap sweeps and, for windows of
     6 taps or more in whole 64-row blocks, two taps per multiply) against torch's own uint8
-    antialiased bicubic resize of the width alone."""
+    antialiased bicubic resize of the width alone. Column-major always (an empty byte-permute
+    table: those have ``tests/imaging/test_byte_gather.py``)."""
     torch = pytest.importorskip("torch")
     from vlm_fastpath.imaging._numba_int16_taps import horizontal_planes
-    from vlm_fastpath.imaging.torch_taps import padded_pairs, padded_taps
+    from vlm_fastpath.imaging.torch_taps import padded_gather, padded_pairs, padded_taps
 
     rng = np.random.default_rng(width + out_width)
     src = rng.integers(0, 256, (height, width, 3), np.uint8)
     xmin, xw, shift = padded_taps(width, out_width)
     planes = np.zeros((3, height, out_width), np.uint8)
     horizontal_planes(src.reshape(height, width * 3), 3, 0, height, xmin, xw,
-                      padded_pairs(width, out_width), shift, planes)
+                      padded_pairs(width, out_width), padded_gather(width, out_width, 3)[:0],
+                      shift, planes)
     want = torch.nn.functional.interpolate(
         torch.from_numpy(src).permute(2, 0, 1)[None], size=(height, out_width), mode="bicubic",
         antialias=True, align_corners=False)[0]

@@ -23,6 +23,8 @@ VARIABLES: dict[str, str] = {
     "VLM_FASTPATH_RESIZE_THREADS": "threads of one preprocessing call, resize pools and numba "
                                    "kernels (default: the CPUs this process may use, at most 8)",
     "VLM_FASTPATH_NUMBA": "0 uses the numpy kernels instead of numba",
+    "VLM_FASTPATH_BYTE_GATHER": "0 keeps the int16 resize's horizontal pass off AVX-512 byte "
+    "permutes (default: used where the CPU has them)",
     "VLM_FASTPATH_DEFER": "SGLang deferred Kimi preprocessing: auto (default), 0 or 1",
     "VLM_FASTPATH_DEFER_RESIZE": "resize backend of the deferred owner: auto, pillow or torch",
     "VLM_FASTPATH_FAULT_LIMIT": "run-time faults of one patch's fast path before it is disabled "
@@ -75,6 +77,10 @@ def log_level() -> str:
 
 def numba_allowed() -> bool:
     return not is_off(_raw("VLM_FASTPATH_NUMBA", "1"))
+
+
+def byte_gather_enabled() -> bool:
+    return not is_off(_raw("VLM_FASTPATH_BYTE_GATHER", "1"))
 
 
 def resize_threads() -> int | None:

@@ -20,6 +20,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from ._numba_byte_gather import gather_rows, table_fits
 from ._numba_int32 import shift_to_byte
 from ._numba_resample import (
     BLOCK_ROWS,
@@ -302,11 +303,15 @@ def vertical_row(lines, first, count, weights, pairs, ring, acc, dst, shift):  #
 
 
 @njit(cache=True, nogil=True)
-def resample_planes(src, cs, first, count, xmin, xw, xpairs, shift, cols, hcols, acc, planes,  # noqa: ANN001, ANN201, PLR0913
-                    slots, spare):
+def resample_planes(src, cs, first, count, xmin, xw, xpairs, xgather, shift, cols, hcols, acc,  # noqa: ANN001, ANN201, PLR0913
+                    planes, slots, spare):
     """The horizontal pass of rows ``first .. first+count`` (at most one block) of ``src``
     into channel planes, ring slot ``row % slots`` (the shared resampler's
-    ``resample_planes``, int16 taps)."""
+    ``resample_planes``, int16 taps): by byte permutes where ``xgather``
+    (``byte_gather.gather_table``) has blocks, else column-major."""
+    if table_fits(xgather, src, planes):
+        gather_rows(src, first, count, xgather, shift, planes, slots)
+        return
     stride = (count + 7) // 8 * 8
     _gather_columns(src, cs, first, count, stride, cols)
     horizontal_columns(cols.view(np.uint8), stride, xmin, xw, xpairs, shift, acc,
@@ -315,7 +320,7 @@ def resample_planes(src, cs, first, count, xmin, xw, xpairs, shift, cols, hcols,
 
 
 @njit(cache=True, nogil=True)
-def horizontal_planes(src, cs, first, stop, xmin, xw, xpairs, shift, planes):  # noqa: ANN001, ANN201, PLR0913
+def horizontal_planes(src, cs, first, stop, xmin, xw, xpairs, xgather, shift, planes):  # noqa: ANN001, ANN201, PLR0913
     """The horizontal pass alone for rows ``first .. stop`` of ``src`` (uint8 ``[H, W*cs]``)
     into the same rows of ``planes`` (uint8 ``[3, H, ow]``), in blocks of ``BLOCK_ROWS``
     (the shared resampler's ``horizontal_planes``, int16 taps)."""
@@ -328,6 +333,6 @@ def horizontal_planes(src, cs, first, stop, xmin, xw, xpairs, shift, planes):  #
     done = first
     while done < stop:
         count = min(BLOCK_ROWS, stop - done)
-        resample_planes(src, cs, done, count, xmin, xw, xpairs, shift, cols, hcols, acc,
-                        planes, planes.shape[1], spare)
+        resample_planes(src, cs, done, count, xmin, xw, xpairs, xgather, shift, cols, hcols,
+                        acc, planes, planes.shape[1], spare)
         done += count

@@ -22,6 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .byte_gather import gather_table
 from .tap_windows import pad_windows
 
 _A = -0.5  # Keys' cubic, as torch's (and Pillow's) bicubic
@@ -119,3 +120,11 @@ def padded_taps(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, in
 def padded_pairs(in_size: int, out_size: int) -> np.ndarray:
     """:func:`tap_pairs` of :func:`padded_taps`' weights (the horizontal pass's)."""
     return tap_pairs(padded_taps(in_size, out_size)[1])
+
+
+@lru_cache(maxsize=256)
+def padded_gather(in_size: int, out_size: int, cs: int) -> np.ndarray:
+    """:func:`byte_gather.gather_table` of :func:`padded_taps` over rows of ``cs``-byte
+    pixels (the horizontal pass's; no blocks where it cannot serve)."""
+    xmin, weights, _ = padded_taps(in_size, out_size)
+    return gather_table(xmin, weights.shape[1], padded_pairs(in_size, out_size), in_size, cs)

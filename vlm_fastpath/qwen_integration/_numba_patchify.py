@@ -288,12 +288,13 @@ def vertical_patchify_serial(bands, band_starts, starts, sizes, weights, precisi
 
 
 @njit(cache=True, nogil=True)
-def resize_patchify_band(src, cs, xmin, xw, xpairs, xprecision, starts, sizes, weights, ypairs,  # noqa: ANN001, ANN201, PLR0913
-                         precision, lut, out, grid_w, p, m, t, g0, g1):
+def resize_patchify_band(src, cs, xmin, xw, xpairs, xgather, xprecision, starts, sizes, weights,  # noqa: ANN001, ANN201, PLR0913
+                         ypairs, precision, lut, out, grid_w, p, m, t, g0, g1):
     """Patch rows ``g0 .. g1`` of a frame whose width and height both change, straight from
     its pixels (``src``: uint8 ``[H, W*cs]``, RGB or Pillow's RGBX): torch's horizontal pass
     (``xmin``/``xw``: its taps as equal-length windows, ``xpairs`` their
-    ``torch_taps.tap_pairs``, ``xprecision``) on column-major blocks into a ring of channel
+    ``torch_taps.tap_pairs``, ``xgather`` their ``byte_gather.gather_table``,
+    ``xprecision``) by byte permutes or on column-major blocks into a ring of channel
     planes, each source row once per band; then its vertical pass (``starts``/``sizes``/
     ``weights``/``ypairs``, ``precision``) per output row and plane, both
     with 16-bit multiplies (``_numba_int16_taps``), and the patches.
@@ -324,8 +325,8 @@ def resize_patchify_band(src, cs, xmin, xw, xpairs, xprecision, starts, sizes, w
             stop = starts[y] + sizes[y]
             while done < stop:
                 count = min(BLOCK_ROWS, stop_all - done)
-                resample_planes(src, cs, done, count, xmin, xw, xpairs, xprecision, cols, hcols,
-                                acc_h, ring, slots, spare)
+                resample_planes(src, cs, done, count, xmin, xw, xpairs, xgather, xprecision,
+                                cols, hcols, acc_h, ring, slots, spare)
                 done += count
             for c in range(3):
                 vertical_row(ring[c], starts[y], sizes[y], weights[y], ypairs[y], slots, acc,

@@ -168,13 +168,15 @@ def _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, strea
 
 
 @njit(cache=True, nogil=True)
-def resize_patchify_group_band(frames, cs, xmin, xw, xpairs, xprecision, starts, sizes, weights,  # noqa: ANN001, ANN201, PLR0913
-                               ypairs, precision, lut, out, total, grid_w, p, m, t, g0, g1):
+def resize_patchify_group_band(frames, cs, xmin, xw, xpairs, xgather, xprecision, starts, sizes,  # noqa: ANN001, ANN201, PLR0913
+                               weights, ypairs, precision, lut, out, total, grid_w, p, m, t, g0,
+                               g1):
     """Patch rows ``g0 .. g1`` of one temporal group: ``frames`` (uint8 ``[nf, H, W*cs]``,
     ``1 <= nf <= t`` consecutive frames, RGB or RGBX rows) each resized with torch's
     arithmetic (``xmin``/``xw``/``xprecision``: the horizontal taps as equal-length windows;
     ``starts``/``sizes``/``weights``/``precision``: the vertical ones; ``xpairs``/``ypairs``:
-    ``torch_taps.tap_pairs`` of ``xw``/``weights``), into ``out``, the
+    ``torch_taps.tap_pairs`` of ``xw``/``weights``; ``xgather``: the horizontal pass's
+    ``byte_gather.gather_table``), into ``out``, the
     group's ``[grid_h * grid_w, 3 * t * p * p]`` rows of an output of ``total`` bytes, each row
     written whole. Each frame's source rows are resampled once per band into its own ring of
     channel planes; neither resized frame is ever stored."""
@@ -212,8 +214,8 @@ def resize_patchify_group_band(frames, cs, xmin, xw, xpairs, xprecision, starts,
                 stop = starts[y] + sizes[y]
                 while done[k] < stop:
                     count = min(BLOCK_ROWS, stop_all - done[k])
-                    resample_planes(src, cs, done[k], count, xmin, xw, xpairs, xprecision, cols,
-                                    hcols, acc_h, ring, slots, spare)
+                    resample_planes(src, cs, done[k], count, xmin, xw, xpairs, xgather,
+                                    xprecision, cols, hcols, acc_h, ring, slots, spare)
                     done[k] += count
                 for c in range(3):
                     vertical_row(ring[c], starts[y], sizes[y], weights[y], ypairs[y], slots, acc,
