@@ -9,6 +9,17 @@ and ours mirrored from each (``from_hf``). Every contender's output is checked w
 ``torch.equal`` against its reference (the HF processor of the same arithmetic) before any
 timing. Timing: warm-up calls, then rounds that rotate the contender order; medians. Peak
 extra memory: RSS growth during one call (output included), sampled from /proc.
+
+Two schedules (``--schedule``): ``interleaved`` calls each contender once per round;
+``blocks`` first calls each one untimed for at least ``SETTLE_S`` (at least once), then times
+``BLOCK`` calls back to back. Why both: after every transformers call torch's GNU OpenMP
+workers spin-wait for their next parallel region (tens of ms on this machine), so in
+``interleaved`` the call after a transformers call shares the cores with them. Measured
+2048² uint8, same process: ours 5.7 ms after ours, 10.7 ms right after a transformers call,
+6.1 ms after one with ``OMP_WAIT_POLICY=passive`` (its process CPU time 12 ms against
+18-20 ms: the spinning workers'). ``blocks`` times each contender in its own steady state (torch's
+workers warm for transformers, idle for ours), as a server running one of them would;
+``interleaved`` keeps the cost of sharing a process with torch's spinning workers.
 """
 
 from __future__ import annotations
@@ -41,12 +52,15 @@ WORKLOADS: dict[str, tuple[int, int, int]] = {  # name -> (count, width, height)
 QWEN25_VL = {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14,
              "temporal_patch_size": 2, "merge_size": 2}
 UINT8 = {"do_rescale": False, "do_normalize": False}
+BLOCK = 3  # timed calls per contender per round in the ``blocks`` schedule
+SETTLE_S = 0.1  # untimed calls before them: the previous contender's threads have settled
 
 
 @dataclass
 class Row:
     workload: str
     dtype: str
+    schedule: str
     contender: str
     median_ms: float
     min_ms: float
@@ -101,7 +115,8 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def bench_workload(
-    name: str, dtype: str, fns: dict[str, tuple[Callable[..., Any], str]], rounds: int
+    name: str, dtype: str, fns: dict[str, tuple[Callable[..., Any], str]], rounds: int,
+    schedule: str = "interleaved",
 ) -> list[Row]:
     count, width, height = WORKLOADS[name]
     images = [photo_like(i + width, width, height) for i in range(count)]
@@ -115,13 +130,21 @@ def bench_workload(
         fn(images, **kwargs)
     times: dict[str, list[float]] = {n: [] for n in fns}
     order = list(fns)
+    blocks = schedule == "blocks"
     for r in range(rounds):
         rotated = order[r % len(order):] + order[: r % len(order)]
         for n in rotated:
-            t0 = time.perf_counter()
-            result = fns[n][0](images, **kwargs)
-            times[n].append(time.perf_counter() - t0)
-            del result
+            if blocks:
+                settle_end = time.perf_counter() + SETTLE_S
+                while True:
+                    fns[n][0](images, **kwargs)
+                    if time.perf_counter() >= settle_end:
+                        break
+            for _ in range(BLOCK if blocks else 1):
+                t0 = time.perf_counter()
+                result = fns[n][0](images, **kwargs)
+                times[n].append(time.perf_counter() - t0)
+                del result
     peaks = {}
     for n, (fn, _) in fns.items():
         _, _, peak = measure_peak(lambda fn=fn: fn(images, **kwargs))
@@ -129,19 +152,21 @@ def bench_workload(
     med = {n: statistics.median(v) * 1000 for n, v in times.items()}
     faster_hf = min(med["hf-torchvision"], med["hf-pil"])
     return [
-        Row(name, dtype, n, med[n], min(times[n]) * 1000, med[ref] / med[n], faster_hf / med[n],
-            peaks[n], out_mb[n], exact[n])
+        Row(name, dtype, schedule, n, med[n], min(times[n]) * 1000, med[ref] / med[n],
+            faster_hf / med[n], peaks[n], out_mb[n], exact[n])
         for n, (_, ref) in fns.items()
     ]
 
 
 def format_table(rows: list[Row]) -> str:
-    head = (f"{'workload':<12} {'dtype':<7} {'contender':<17} {'median ms':>9} {'min ms':>8} "
+    head = (f"{'workload':<12} {'dtype':<7} {'schedule':<11} {'contender':<17} {'median ms':>9} "
+            f"{'min ms':>8} "
             f"{'x same-HF':>9} {'x faster-HF':>11} {'peak MB':>8} {'x out':>6} {'exact':>6}")
     lines = [head, "-" * len(head)]
     for row in rows:
         lines.append(
-            f"{row.workload:<12} {row.dtype:<7} {row.contender:<17} {row.median_ms:9.1f} "
+            f"{row.workload:<12} {row.dtype:<7} {row.schedule:<11} {row.contender:<17} "
+            f"{row.median_ms:9.1f} "
             f"{row.min_ms:8.1f} {row.speedup_vs_same_hf:9.2f} {row.speedup_vs_faster_hf:11.2f} "
             f"{row.peak_extra_mb:8.0f} {row.peak_extra_mb / max(row.output_mb, 1e-9):6.2f} "
             f"{'yes' if row.exact else 'NO':>6}"
@@ -152,12 +177,12 @@ def format_table(rows: list[Row]) -> str:
 def format_dtype_ratios(rows: list[Row]) -> str:
     """uint8 (vLLM's device-normalize default) against float32, per workload and contender:
     uint8 writes a quarter of the bytes, so it should never be the slower one."""
-    med = {(r.workload, r.dtype, r.contender): r.median_ms for r in rows}
-    lines = [f"{'workload':<12} {'contender':<17} {'uint8/float32 ms':>16}"]
-    for (workload, dtype, contender), ms in med.items():
-        f32 = med.get((workload, "float32", contender))
+    med = {(r.workload, r.dtype, r.schedule, r.contender): r.median_ms for r in rows}
+    lines = [f"{'workload':<12} {'schedule':<11} {'contender':<17} {'uint8/float32 ms':>16}"]
+    for (workload, dtype, schedule, contender), ms in med.items():
+        f32 = med.get((workload, "float32", schedule, contender))
         if dtype == "uint8" and f32:
-            lines.append(f"{workload:<12} {contender:<17} {ms / f32:16.2f}")
+            lines.append(f"{workload:<12} {schedule:<11} {contender:<17} {ms / f32:16.2f}")
     return "\n".join(lines) if len(lines) > 1 else ""
 
 
@@ -192,15 +217,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--dtypes", default="float32,uint8")
+    parser.add_argument("--schedule", choices=("interleaved", "blocks", "both"), default="both",
+                        help="how the contenders' calls alternate (module docstring)")
     parser.add_argument("--json", type=Path, default=None, help="also write rows + env here")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", FutureWarning)
     fns = contenders()
+    schedules = ("interleaved", "blocks") if args.schedule == "both" else (args.schedule,)
     rows: list[Row] = []
     for workload in args.workloads.split(","):
         for dtype in args.dtypes.split(","):
-            rows.extend(bench_workload(workload, dtype, fns, args.rounds))
-            print(f"done {workload} {dtype}", file=sys.stderr, flush=True)
+            for schedule in schedules:
+                rows.extend(bench_workload(workload, dtype, fns, args.rounds, schedule))
+                print(f"done {workload} {dtype} {schedule}", file=sys.stderr, flush=True)
     env = environment()
     print(f"# {json.dumps(env)}")
     print(format_table(rows))
