@@ -56,21 +56,31 @@ def _ours(pixels: np.ndarray, out_width: int, table: np.ndarray, slots: int = 0)
     return out
 
 
-@pytest.mark.parametrize(("height", "width", "out_width", "cs"), [
-    (130, 1280, 1152, 3),  # Qwen3-VL's 720p frames: 5 taps
-    (70, 1280, 1152, 4),  # Pillow's RGBX rows
-    (64, 2048, 2044, 3),  # a 2048² image to Qwen2.5-VL's 28-multiple: 5 taps
-    (65, 1920, 1288, 3),  # 6 taps
-    (33, 300, 977, 3),  # an upscale: 4 taps
-    (20, 1000, 470, 3),  # 9 taps, an odd window: its last pair's high tap weighed 0
-    (9, 50, 40, 3),  # rows of 150 bytes, a last block that overlaps
-    (9, 700, 500, 4),  # a last block that overlaps the one before
+def _pixels_per_block(table: np.ndarray) -> np.ndarray:
+    return table[:, 0, :16].copy().view(np.int32)[:, 3]
+
+
+@pytest.mark.parametrize(("height", "width", "out_width", "cs", "per_block"), [
+    (130, 1280, 1152, 3, 16),  # Qwen3-VL's 720p frames: 5 taps
+    (70, 1280, 1152, 4, 16),  # Pillow's RGBX rows
+    (64, 2048, 2044, 3, 16),  # a 2048² image to Qwen2.5-VL's 28-multiple: 5 taps
+    (65, 1920, 1288, 3, 16),  # 6 taps
+    (33, 300, 977, 3, 16),  # an upscale: 4 taps
+    (20, 1000, 470, 3, 16),  # 9 taps, an odd window: its last pair's high tap weighed 0
+    (9, 50, 40, 3, 16),  # rows of 150 bytes, a last block that overlaps
+    (9, 700, 500, 4, 16),  # a last block that overlaps the one before
+    (40, 1920, 832, 3, 8),  # Qwen3-VL's 1080p frames: 10 taps, blocks of 8 pixels
+    (20, 3840, 1008, 3, 8),  # 4K frames to Qwen2.5-VL's: 16 taps, blocks of 8
+    (20, 3000, 1000, 3, 8),  # 13 taps, an odd window in blocks of 8: a step's half weighed 0
+    (20, 1000, 450, 4, 8),  # RGBX rows in blocks of 8
 ])
-def test_permutes_are_torchs(height: int, width: int, out_width: int, cs: int) -> None:
+def test_permutes_are_torchs(height: int, width: int, out_width: int, cs: int,
+                             per_block: int) -> None:
     rng = np.random.default_rng(width * 7 + out_width)
     pixels = rng.integers(0, 256, (height, width, cs), np.uint8)
     table = padded_gather(width, out_width, cs)
     assert table.shape[0] > 0  # the permutes serve this case
+    assert (_pixels_per_block(table) == per_block).all()
     want = _torch_width(pixels, out_width)
     assert np.array_equal(_ours(pixels, out_width, table), want)
     assert np.array_equal(_ours(pixels, out_width, table, slots=69), want)  # a wrapping ring
@@ -90,19 +100,22 @@ def test_permutes_are_torchs_for_any_width(width: int, ratio: float, height: int
 
 
 def test_the_table_serves_what_its_window_holds() -> None:
-    """Blocks for scales whose 16 outputs read at most 128 bytes; none for narrower rows, wider
-    windows or fewer than 16 outputs."""
+    """Blocks of 16 pixels where their windows fit 128 bytes, else of 8; none for narrower
+    rows, wider windows or fewer than 8 outputs."""
     assert padded_gather(1280, 1152, 3).shape[0] == 1152 // 16
     assert padded_gather(700, 500, 4).shape[0] == 500 // 16 + 1  # the last block overlaps
-    assert padded_gather(3840, 1036, 3).shape[0] == 0  # 15 taps over 3.7x: wider than 128 B
+    assert (_pixels_per_block(padded_gather(3840, 1036, 3)) == 8).all()  # 15 taps over 3.7x
+    assert padded_gather(3840, 1036, 3).shape[0] == 1036 // 8 + 1
+    assert padded_gather(4000, 500, 3).shape[0] == 0  # 33 taps over 8x: wider than 128 B
     assert padded_gather(43, 40, 3).shape[0] == 0  # 129 bytes a row: no room for a window
-    assert padded_gather(200, 15, 3).shape[0] == 0  # fewer outputs than one block
-    for width, out_width, cs in ((1280, 1152, 3), (700, 500, 4), (300, 977, 3)):
+    assert padded_gather(200, 7, 3).shape[0] == 0  # fewer outputs than one block
+    for width, out_width, cs in ((1280, 1152, 3), (700, 500, 4), (300, 977, 3), (3840, 1036, 3)):
         table = padded_gather(width, out_width, cs)
-        header = table[:, 0, :12].copy().view(np.int32)
+        header = table[:, 0, :16].copy().view(np.int32)
         assert (header[:, 0] >= 0).all()
         assert (header[:, 0] + byte_gather.WINDOW + 2 <= width * cs).all()
         assert (header[:, 2] == width * cs).all()
+        assert (header[:, 1] + header[:, 3] <= out_width).all()
 
 
 def test_a_table_for_other_rows_is_not_used() -> None:
