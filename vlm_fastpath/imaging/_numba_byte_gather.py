@@ -1,20 +1,19 @@
 """The int16 horizontal pass by AVX-512 byte permutes; numba, imported lazily (by
 ``_numba_int16_taps`` only). Why, and the table it reads: ``byte_gather``.
 
-How: ``g16_<steps>`` computes 16 output bytes of one channel of one row. It loads the
+How: ``gather_block16`` computes 16 output bytes of one channel of one row. It loads the
 block's 128-byte window, and per step one ``vpermi2b`` places two taps' bytes of the 16
 outputs in the low bytes of 32 16-bit lanes (the high bytes masked to zero), and one pairwise
-multiply-add (``vpmaddwd``, ``vpdpwssd`` with VNNI) adds both products to an int32 sum per
-output (two sums, alternate steps, added at the end). ``g8_<steps>`` does the same for 8
-outputs whose lanes 8-15 hold the other tap pairs, and adds the two halves before the shift.
-The sums are the same integers as the column-major pass's (every product and partial sum
-fits int32), so the same bytes. The permute is emitted only where
-``byte_gather.cpu_has_permutes()`` said the compile target has it; elsewhere the intrinsics
-compile to a trap that no caller reaches (every table is empty there).
-
-A row is read left to right, its blocks' windows two rows ahead prefetched: measured on 32
-1280x720 frames to 1152 wide, one thread, same run, the horizontal pass took 23.8 ms without
-the prefetch and 18.8 ms with it (29.1 ms column-major).
+multiply-add (``vpmaddwd``, ``vpdpwssd`` with VNNI) adds both products to each output's int32
+sum. ``gather_block8`` does the same for 8 outputs whose lanes 8-15 hold the other tap pairs,
+and adds the two halves before the shift. The sums are the same integers as the
+column-major pass's (every product and partial sum fits int32), so the same bytes. The
+permute is emitted only where ``byte_gather.cpu_has_permutes()`` said the compile target has
+it; elsewhere the intrinsic compiles to a trap that no caller reaches (every table is empty
+there). A row is read left
+to right, its blocks' windows two rows ahead prefetched: measured on 32 1280x720 frames to
+1152 wide, one thread, same run, the horizontal pass took 23.8 ms without the prefetch and
+18.8 ms with it (29.1 ms column-major).
 """
 
 from __future__ import annotations
@@ -35,8 +34,7 @@ ENABLED = cpu_has_permutes()  # frozen into the kernels when they compile
 
 
 def _gather_codegen(builder: ir.IRBuilder, dst: ir.Value, src: ir.Value, table: ir.Value,
-                    steps: ir.Value, half: ir.Value, shift: ir.Value, outputs: int,  # noqa: ARG001
-                    fixed: int) -> None:
+                    steps: ir.Value, half: ir.Value, shift: ir.Value, outputs: int) -> None:
     permute = builder.module.declare_intrinsic(
         _PERMUTE, fnty=ir.FunctionType(_V8, [_V8, _V8, _V8]))
     low = builder.load(builder.inttoptr(src, _V8.as_pointer()), align=1)
@@ -45,34 +43,28 @@ def _gather_codegen(builder: ir.IRBuilder, dst: ir.Value, src: ir.Value, table: 
     if outputs == 8:  # the rounding term once per pixel: lanes 8-15 are added to 0-7 at the end
         start = builder.shuffle_vector(start, ir.Constant(_V32, [0] * 16),
                                        ir.Constant(_V32, [*range(8), *range(16, 24)]))
-    total = _fixed_steps(builder, permute, low, high, table, fixed, start)
-    _finish(builder, total, dst, shift, outputs)
-
-
-def _step(builder: ir.IRBuilder, permute: ir.Function, low: ir.Value, high: ir.Value,
-          table: ir.Value, steps: ir.Value, j: ir.Value, acc: ir.Value) -> ir.Value:
-    """``acc`` plus step ``j``'s products: permute, mask, pairwise multiply-add."""
+    entry = builder.block
+    loop = builder.function.append_basic_block("gather_loop")
+    done = builder.function.append_basic_block("gather_done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    j = builder.phi(_I64)
+    acc = builder.phi(_V32)
+    j.add_incoming(_I64(0), entry)
+    acc.add_incoming(start, entry)
     index_at = builder.add(table, builder.mul(builder.add(j, _I64(HEADER)), _I64(64)))
     weight_at = builder.add(index_at, builder.mul(steps, _I64(64)))
     index = builder.load(builder.inttoptr(index_at, _V8.as_pointer()), align=1)
     weights = builder.load(builder.inttoptr(weight_at, _V32.as_pointer()), align=1)
     picked = builder.bitcast(builder.call(permute, [low, index, high]), _V32)
-    return _madd_pairs(builder, acc, builder.and_(picked, _lanes(0x00FF00FF)), weights)
-
-
-def _fixed_steps(builder: ir.IRBuilder, permute: ir.Function, low: ir.Value, high: ir.Value,
-                 table: ir.Value, fixed: int, start: ir.Value) -> ir.Value:
-    """``fixed`` steps in straight-line code, alternately into two sums (two dependency
-    chains instead of one), added at the end."""
-    sums = [start, ir.Constant(_V32, [0] * 16)]
-    for j in range(fixed):
-        sums[j % 2] = _step(builder, permute, low, high, table, _I64(fixed), _I64(j), sums[j % 2])
-    return builder.add(sums[0], sums[1]) if fixed > 1 else sums[0]
-
-
-def _finish(builder: ir.IRBuilder, total: ir.Value, dst: ir.Value, shift: ir.Value,
-            outputs: int) -> None:
-    """Add the halves (8 outputs), shift, clamp and store the bytes."""
+    samples = builder.and_(picked, _lanes(0x00FF00FF))
+    total = _madd_pairs(builder, acc, samples, weights)
+    following = builder.add(j, _I64(1))
+    body_end = builder.block
+    j.add_incoming(following, body_end)
+    acc.add_incoming(total, body_end)
+    builder.cbranch(builder.icmp_signed("<", following, steps), loop, done)
+    builder.position_at_end(done)
     vector = _V32
     if outputs == 8:
         vector = ir.VectorType(_I32, 8)
@@ -92,14 +84,14 @@ def _finish(builder: ir.IRBuilder, total: ir.Value, dst: ir.Value, shift: ir.Val
     builder.store(builder.trunc(v, out), builder.inttoptr(dst, out.as_pointer()), align=1)
 
 
-def _gather_intrinsic(outputs: int, fixed: int):  # noqa: ANN202
+def _gather_intrinsic(outputs: int):  # noqa: ANN202
     def typer(typingctx, dst, src, table, steps, half, shift):  # noqa: ANN001, ANN202, ARG001
         sig = types.void(types.uint64, types.uint64, types.uint64, types.int64, types.int32,
                          types.int32)
 
         def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
             if ENABLED:
-                _gather_codegen(builder, *args, outputs, fixed)
+                _gather_codegen(builder, *args, outputs)
             else:
                 trap = builder.module.declare_intrinsic("llvm.trap", fnty=ir.FunctionType(
                     ir.VoidType(), []))
@@ -108,37 +100,15 @@ def _gather_intrinsic(outputs: int, fixed: int):  # noqa: ANN202
 
         return sig, codegen
 
-    typer.__name__ = f"gather_block{outputs}_{fixed}"
+    typer.__name__ = f"gather_block{outputs}"
     return intrinsic(typer)
 
 
-# ``outputs`` bytes at ``dst`` from the 128-byte window at ``src``, with the ``steps``
-# (``byte_gather.STEPS``; the same number as the intrinsic's) of the block's table rows at
-# ``table`` (``byte_gather.gather_table``), the sums from ``half`` shifted by ``shift`` and
-# clamped. Straight-line code per step count: measured against one loop over the steps, 8
-# 1280x720 frames to 1152 wide, one thread, same process, 4.8-5.9 -> 4.2-5.4 ms.
-g16_2, g16_3, g16_4, g16_5 = (_gather_intrinsic(16, n) for n in range(2, 6))
-g8_2, g8_3, g8_4 = (_gather_intrinsic(8, n) for n in range(2, 5))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _block(outputs, steps, dst, at, rows, half, sh):  # noqa: ANN001, ANN202, PLR0913
-    """One block with the intrinsic of its pixel and step counts."""
-    if outputs == 16:
-        if steps == 3:
-            g16_3(dst, at, rows, steps, half, sh)
-        elif steps == 2:
-            g16_2(dst, at, rows, steps, half, sh)
-        elif steps == 4:
-            g16_4(dst, at, rows, steps, half, sh)
-        else:
-            g16_5(dst, at, rows, steps, half, sh)
-    elif steps == 3:
-        g8_3(dst, at, rows, steps, half, sh)
-    elif steps == 2:
-        g8_2(dst, at, rows, steps, half, sh)
-    else:
-        g8_4(dst, at, rows, steps, half, sh)
+# ``outputs`` bytes at ``dst`` from the 128-byte window at ``src``, with the ``steps`` of the
+# block's table rows at ``table`` (``byte_gather.gather_table``), the sums from ``half``
+# shifted by ``shift`` and clamped.
+gather_block16 = _gather_intrinsic(16)
+gather_block8 = _gather_intrinsic(8)
 
 
 @intrinsic
@@ -210,7 +180,10 @@ def gather_rows(src, first, count, table, shift, planes, slots):  # noqa: ANN001
             for c in range(3):
                 dst = out_row + np.uint64(c) * plane_stride + starts[b]
                 at = row + windows[b] + np.uint64(c)
-                _block(outputs, steps, dst, at, rows, half, sh)
+                if outputs == 16:
+                    gather_block16(dst, at, rows, steps, half, sh)
+                else:
+                    gather_block8(dst, at, rows, steps, half, sh)
         slot += 1
         if slot == slots:
             slot = 0

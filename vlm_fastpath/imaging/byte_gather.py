@@ -30,10 +30,6 @@ from .. import settings
 
 BLOCK = 16  # int32 sums in a 512-bit register: the most output pixels of one block
 WINDOW = 128  # bytes one two-register permute chooses from
-# Steps a block of 16 or 8 pixels may have: the kernel's straight-line variants. Fewer are
-# padded with zero weights (bicubic windows have 4 taps or more); more never fit 128 bytes
-# (16 pixels of 11 taps or more span more than 42 RGB pixels, 8 pixels of 17 or more too).
-STEPS = {16: (2, 5), 8: (2, 4)}
 HEADER = 1  # table rows before the steps: window offset, first pixel, row bytes, pixels a
 # block (int32 each)
 
@@ -80,10 +76,7 @@ def _blocks(xmin: np.ndarray, taps: int, pairs: np.ndarray, in_width: int, cs: i
     out_width, npairs = pairs.shape
     row_bytes = in_width * cs
     groups = BLOCK // outputs  # tap pairs one step weighs per pixel
-    fewest, most = STEPS[outputs]
-    steps = max(fewest, -(-npairs // groups))  # extra steps weigh 0
-    if steps > most:
-        return None
+    steps = -(-npairs // groups)
     starts = list(range(0, out_width - outputs + 1, outputs))
     if starts[-1] != out_width - outputs:
         starts.append(out_width - outputs)
