@@ -128,6 +128,24 @@ def test_a_table_for_other_rows_is_not_used() -> None:
     assert np.array_equal(_ours(pixels, 1152, other), _torch_width(pixels, 1152))
 
 
+def test_a_table_for_other_outputs_is_not_used() -> None:
+    """Nor one made for another output width over rows of the same length; and the
+    column-major pass then gets its scratch (``horizontal_planes`` allocates it only where the
+    table does not serve)."""
+    from vlm_fastpath.imaging._numba_int16_taps import horizontal_planes
+
+    rng = np.random.default_rng(4)
+    pixels = rng.integers(0, 256, (70, 1280, 3), np.uint8)
+    other = padded_gather(1280, 1024, 3)
+    assert other.shape[0] > 0
+    assert np.array_equal(_ours(pixels, 1152, other), _torch_width(pixels, 1152))
+    xmin, xw, shift = padded_taps(1280, 1152)
+    planes = np.zeros((3, 70, 1152), np.uint8)
+    horizontal_planes(pixels.reshape(70, 1280 * 3), 3, 0, 70, xmin, xw,
+                      padded_pairs(1280, 1152), other, shift, planes)
+    assert np.array_equal(planes, _torch_width(pixels, 1152))
+
+
 def test_the_switch_empties_the_tables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VLM_FASTPATH_BYTE_GATHER", "0")
     xmin, xw, _ = padded_taps(1280, 1152)

@@ -136,10 +136,13 @@ def _header(table, b, k):  # noqa: ANN001, ANN202
 
 @njit(cache=True, nogil=True)
 def table_fits(table, src, planes):  # noqa: ANN001, ANN201
-    """True when ``table`` has blocks and was made for rows as long as ``src``'s, both
+    """True when ``table`` has blocks and was made for rows as long as ``src``'s and for
+    planes as wide as ``planes`` (its last block ends at their end), three of them, both
     arrays' bytes contiguous along a row."""
+    last = table.shape[0] - 1
     return (table.shape[0] > 0 and src.strides[1] == 1 and planes.strides[2] == 1
-            and _header(table, 0, 2) == src.shape[1])
+            and planes.shape[0] >= 3 and _header(table, 0, 2) == src.shape[1]
+            and _header(table, last, 1) + _header(table, last, 3) == planes.shape[2])
 
 
 @njit(cache=True, nogil=True)

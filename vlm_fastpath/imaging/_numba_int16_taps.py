@@ -320,14 +320,22 @@ def resample_planes(src, cs, first, count, xmin, xw, xpairs, xgather, shift, col
 
 
 @njit(cache=True, nogil=True)
+def column_scratch(src, cs, xgather, planes):  # noqa: ANN001, ANN201
+    """``(cols, hcols)``: the column-major pass's scratch for rows of ``src`` into
+    ``planes``, empty where the byte permutes serve them (``table_fits``)."""
+    if table_fits(xgather, src, planes):
+        return np.empty(0, np.uint64), np.empty(0, np.uint64)
+    width = src.shape[1] // cs
+    return (np.empty(width * 3 * BLOCK_ROWS // 8, np.uint64),
+            np.empty(planes.shape[2] * 3 * BLOCK_ROWS // 8, np.uint64))
+
+
+@njit(cache=True, nogil=True)
 def horizontal_planes(src, cs, first, stop, xmin, xw, xpairs, xgather, shift, planes):  # noqa: ANN001, ANN201, PLR0913
     """The horizontal pass alone for rows ``first .. stop`` of ``src`` (uint8 ``[H, W*cs]``)
     into the same rows of ``planes`` (uint8 ``[3, H, ow]``), in blocks of ``BLOCK_ROWS``
     (the shared resampler's ``horizontal_planes``, int16 taps)."""
-    width = src.shape[1] // cs
-    n = planes.shape[2] * 3
-    cols = np.empty(width * 3 * BLOCK_ROWS // 8, np.uint64)
-    hcols = np.empty(n * BLOCK_ROWS // 8, np.uint64)
+    cols, hcols = column_scratch(src, cs, xgather, planes)
     acc = np.empty(3 * BLOCK_ROWS, np.int32)
     spare = np.empty(planes.shape[2], np.uint8)
     done = first

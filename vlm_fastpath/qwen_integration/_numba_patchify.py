@@ -23,6 +23,7 @@ from vlm_fastpath.imaging._numba_bytes import (
 # torch's passes with its int16 taps (one home for them); ``horizontal_planes`` is looked up
 # here by ``patchify_kernel`` like this module's own kernels.
 from vlm_fastpath.imaging._numba_int16_taps import (
+    column_scratch,
     horizontal_planes,  # noqa: F401
     mad16,
     resample_planes,
@@ -300,9 +301,7 @@ def resize_patchify_band(src, cs, xmin, xw, xpairs, xgather, xprecision, starts,
     with 16-bit multiplies (``_numba_int16_taps``), and the patches.
     Neither the width-resized nor the resized frame is ever stored."""
     flat = out.reshape(out.size)
-    width = src.shape[1] // cs
     ow = xmin.shape[0]
-    n = ow * 3
     taps = 1
     stop_all = 0  # one past the last source row this band reads
     for y in range(g0 * p, g1 * p):
@@ -310,8 +309,7 @@ def resize_patchify_band(src, cs, xmin, xw, xpairs, xgather, xprecision, starts,
         stop_all = max(stop_all, starts[y] + sizes[y])
     slots = taps + BLOCK_ROWS  # the rows a vertical tap still needs, plus one block ahead
     ring = np.empty((3, slots, ow), np.uint8)
-    cols = np.empty(width * 3 * BLOCK_ROWS // 8, np.uint64)
-    hcols = np.empty(n * BLOCK_ROWS // 8, np.uint64)
+    cols, hcols = column_scratch(src, cs, xgather, ring)
     acc_h = np.empty(3 * BLOCK_ROWS, np.int32)
     spare = np.empty(ow, np.uint8)
     buf = np.empty((3, p, ow), np.uint8)

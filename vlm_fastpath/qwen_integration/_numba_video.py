@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from vlm_fastpath.imaging._numba_bytes import VECTOR, copy16
-from vlm_fastpath.imaging._numba_int16_taps import resample_planes, vertical_row
+from vlm_fastpath.imaging._numba_int16_taps import column_scratch, resample_planes, vertical_row
 from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS
 from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 
@@ -185,9 +185,7 @@ def resize_patchify_group_band(frames, cs, xmin, xw, xpairs, xgather, xprecision
     # a 1280x720 clip's uint8 group is 3.4 MB, its output 86 MB
     stream = total >= STREAM_MIN_BYTES
     nf = frames.shape[0]
-    width = frames.shape[2] // cs
     ow = xmin.shape[0]
-    n = ow * 3
     taps = 1
     stop_all = 0
     for y in range(g0 * p, g1 * p):
@@ -195,8 +193,7 @@ def resize_patchify_group_band(frames, cs, xmin, xw, xpairs, xgather, xprecision
         stop_all = max(stop_all, starts[y] + sizes[y])
     slots = taps + BLOCK_ROWS
     rings = np.empty((nf, 3, slots, ow), np.uint8)
-    cols = np.empty(width * 3 * BLOCK_ROWS // 8, np.uint64)
-    hcols = np.empty(n * BLOCK_ROWS // 8, np.uint64)
+    cols, hcols = column_scratch(frames[0], cs, xgather, rings[0])
     acc_h = np.empty(3 * BLOCK_ROWS, np.int32)
     spare = np.empty(ow, np.uint8)
     buf = np.empty((nf, 3, p, ow), np.uint8)
