@@ -10,16 +10,8 @@ and ours mirrored from each (``from_hf``). Every contender's output is checked w
 timing. Timing: warm-up calls, then rounds that rotate the contender order; medians. Peak
 extra memory: RSS growth during one call (output included), sampled from /proc.
 
-Two schedules (``--schedule``): ``interleaved`` calls each contender once per round;
-``blocks`` first calls each one untimed for at least ``SETTLE_S`` (at least once), then times
-``BLOCK`` calls back to back. Why both: after every transformers call torch's GNU OpenMP
-workers spin-wait for their next parallel region (tens of ms on this machine), so in
-``interleaved`` the call after a transformers call shares the cores with them. Measured
-2048² uint8, same process: ours 5.7 ms after ours, 10.7 ms right after a transformers call,
-6.1 ms after one with ``OMP_WAIT_POLICY=passive`` (its process CPU time 12 ms against
-18-20 ms: the spinning workers'). ``blocks`` times each contender in its own steady state (torch's
-workers warm for transformers, idle for ours), as a server running one of them would;
-``interleaved`` keeps the cost of sharing a process with torch's spinning workers.
+Two schedules (``--schedule``, default both): ``interleaved`` and ``blocks``, and why both:
+``benchmarks.schedules``.
 """
 
 from __future__ import annotations
@@ -30,7 +22,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -42,6 +33,7 @@ import torch
 from PIL import Image
 
 from benchmarks.memory import measure_peak
+from benchmarks.schedules import SCHEDULES, timed_calls
 
 WORKLOADS: dict[str, tuple[int, int, int]] = {  # name -> (count, width, height)
     "1024x1024": (1, 1024, 1024),
@@ -52,8 +44,6 @@ WORKLOADS: dict[str, tuple[int, int, int]] = {  # name -> (count, width, height)
 QWEN25_VL = {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14,
              "temporal_patch_size": 2, "merge_size": 2}
 UINT8 = {"do_rescale": False, "do_normalize": False}
-BLOCK = 3  # timed calls per contender per round in the ``blocks`` schedule
-SETTLE_S = 0.1  # untimed calls before them: the previous contender's threads have settled
 
 
 @dataclass
@@ -128,23 +118,8 @@ def bench_workload(
     del outputs
     for fn, _ in fns.values():  # second warm-up call each
         fn(images, **kwargs)
-    times: dict[str, list[float]] = {n: [] for n in fns}
-    order = list(fns)
-    blocks = schedule == "blocks"
-    for r in range(rounds):
-        rotated = order[r % len(order):] + order[: r % len(order)]
-        for n in rotated:
-            if blocks:
-                settle_end = time.perf_counter() + SETTLE_S
-                while True:
-                    fns[n][0](images, **kwargs)
-                    if time.perf_counter() >= settle_end:
-                        break
-            for _ in range(BLOCK if blocks else 1):
-                t0 = time.perf_counter()
-                result = fns[n][0](images, **kwargs)
-                times[n].append(time.perf_counter() - t0)
-                del result
+    times = timed_calls({n: (lambda fn=fn: fn(images, **kwargs)) for n, (fn, _) in fns.items()},
+                        rounds, schedule)
     peaks = {}
     for n, (fn, _) in fns.items():
         _, _, peak = measure_peak(lambda fn=fn: fn(images, **kwargs))
@@ -217,13 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--dtypes", default="float32,uint8")
-    parser.add_argument("--schedule", choices=("interleaved", "blocks", "both"), default="both",
-                        help="how the contenders' calls alternate (module docstring)")
+    parser.add_argument("--schedule", choices=(*SCHEDULES, "both"), default="both",
+                        help="how the contenders' calls alternate (benchmarks.schedules)")
     parser.add_argument("--json", type=Path, default=None, help="also write rows + env here")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", FutureWarning)
     fns = contenders()
-    schedules = ("interleaved", "blocks") if args.schedule == "both" else (args.schedule,)
+    schedules = SCHEDULES if args.schedule == "both" else (args.schedule,)
     rows: list[Row] = []
     for workload in args.workloads.split(","):
         for dtype in args.dtypes.split(","):

@@ -10,7 +10,9 @@ Qwen2.5-VL checkpoint without a video config gets them) and, with ``--models qwe
 (``fast_video_processor``). Input: decoded uint8 frames as the engines hand them over, one
 ``[T, H, W, 3]`` numpy clip of photo-like frames that drift. Every output of ours is checked
 with ``torch.equal`` against transformers' before any timing (and the run fails if not).
-Timing: a warm-up call each, then rounds that alternate the order; medians (and minimums).
+Timing: a warm-up call each, then rounds in one or both schedules (``--schedule``, default
+both: ``interleaved`` alternates the order, ``blocks`` settles each contender and times three
+calls in a row; why both: ``benchmarks.schedules``); medians (and minimums).
 Peak extra memory: RSS growth during one call, sampled from /proc, against the output's size.
 """
 
@@ -22,7 +24,6 @@ import json
 import os
 import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -35,6 +36,7 @@ from PIL import Image
 
 from benchmarks.memory import measure_peak
 from benchmarks.qwen_preprocess import environment
+from benchmarks.schedules import SCHEDULES, timed_calls
 
 CLIPS: dict[str, tuple[int, int, int]] = {  # name -> (frames, width, height)
     "32x1280x720": (32, 1280, 720),
@@ -53,6 +55,7 @@ class Row:
     model: str
     clip: str
     dtype: str
+    schedule: str
     hf_median_ms: float
     ours_median_ms: float
     hf_min_ms: float
@@ -115,7 +118,9 @@ def _fresh_peak(fn: Callable[[], Any]) -> int:
             os.environ[key] = saved
 
 
-def bench_clip(model: str, name: str, dtype: str, rounds: int) -> Row:
+def bench_clip(model: str, name: str, dtype: str, rounds: int,
+               schedules: tuple[str, ...] = SCHEDULES) -> list[Row]:
+    """One row per schedule; the outputs checked and the peaks measured once."""
     frames, width, height = CLIPS[name]
     clip = photo_clip(frames, width, height)
     hf, ours = processors(model)
@@ -129,28 +134,26 @@ def bench_clip(model: str, name: str, dtype: str, rounds: int) -> Row:
     values = got["pixel_values_videos"]
     out_mb = values.numel() * values.element_size() / 2**20
     del expected, got, values
-    times: dict[str, list[float]] = {n: [] for n in fns}
-    for r in range(rounds):
-        for n in (("hf", "ours") if r % 2 == 0 else ("ours", "hf")):
-            t0 = time.perf_counter()
-            result = fns[n]()
-            times[n].append(time.perf_counter() - t0)
-            del result
     peaks = {n: _fresh_peak(fn) / 2**20 for n, fn in fns.items()}
-    med = {n: statistics.median(v) * 1000 for n, v in times.items()}
-    return Row(model, name, dtype, med["hf"], med["ours"], min(times["hf"]) * 1000,
-               min(times["ours"]) * 1000, med["hf"] / med["ours"], peaks["ours"], peaks["hf"],
-               out_mb, exact)
+    rows = []
+    for schedule in schedules:
+        times = timed_calls(fns, rounds, schedule)
+        med = {n: statistics.median(v) * 1000 for n, v in times.items()}
+        rows.append(Row(model, name, dtype, schedule, med["hf"], med["ours"],
+                        min(times["hf"]) * 1000, min(times["ours"]) * 1000,
+                        med["hf"] / med["ours"], peaks["ours"], peaks["hf"], out_mb, exact))
+    return rows
 
 
 def format_table(rows: list[Row]) -> str:
-    head = (f"{'model':<11} {'clip':<13} {'dtype':<7} {'HF ms':>8} {'ours ms':>8} "
+    head = (f"{'model':<11} {'clip':<13} {'dtype':<7} {'schedule':<11} {'HF ms':>8} {'ours ms':>8} "
             f"{'HF min':>8} {'ours min':>8} {'x HF':>6} {'target':>6} {'peak MB':>8} "
             f"{'x out':>6} {'exact':>6}")
     lines = [head, "-" * len(head)]
     for row in rows:
         lines.append(
-            f"{row.model:<11} {row.clip:<13} {row.dtype:<7} {row.hf_median_ms:8.0f} "
+            f"{row.model:<11} {row.clip:<13} {row.dtype:<7} {row.schedule:<11} "
+            f"{row.hf_median_ms:8.0f} "
             f"{row.ours_median_ms:8.0f} {row.hf_min_ms:8.0f} {row.ours_min_ms:8.0f} "
             f"{row.speedup:6.2f} {'met' if row.speedup >= TARGET else 'NOT':>6} "
             f"{row.ours_peak_extra_mb:8.0f} "
@@ -166,8 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clips", default=",".join(CLIPS))
     parser.add_argument("--dtypes", default="float32,uint8")
     parser.add_argument("--models", default="qwen2.5-vl")
+    parser.add_argument("--schedule", choices=(*SCHEDULES, "both"), default="both",
+                        help="how the contenders' calls alternate (benchmarks.schedules)")
     parser.add_argument("--json", type=Path, default=None, help="also write rows + env here")
     args = parser.parse_args(argv)
+    schedules = SCHEDULES if args.schedule == "both" else (args.schedule,)
     warnings.simplefilter("ignore")
     import logging
 
@@ -176,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.models.split(","):
         for clip in args.clips.split(","):
             for dtype in args.dtypes.split(","):
-                rows.append(bench_clip(model, clip, dtype, args.rounds))
+                rows.extend(bench_clip(model, clip, dtype, args.rounds, schedules))
                 print(f"done {model} {clip} {dtype}", file=sys.stderr, flush=True)
     env = environment()
     print(f"# {json.dumps(env)}")
