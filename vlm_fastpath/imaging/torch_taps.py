@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -128,3 +129,12 @@ def padded_gather(in_size: int, out_size: int, cs: int) -> np.ndarray:
     pixels (the horizontal pass's; no blocks where it cannot serve)."""
     xmin, weights, _ = padded_taps(in_size, out_size)
     return gather_table(xmin, weights.shape[1], padded_pairs(in_size, out_size), in_size, cs)
+
+
+def horizontal_taps(in_size: int, out_size: int, cs: int) -> tuple[Any, ...]:
+    """Everything the int16 horizontal pass takes, in its kernels' argument order: first
+    indices, weights, :func:`padded_pairs`, :func:`padded_gather` for ``cs``-byte pixels,
+    precision (one home for the tuple the image, frame-band and video kernels share)."""
+    start, weights, precision = padded_taps(in_size, out_size)
+    return (start, weights, padded_pairs(in_size, out_size),
+            padded_gather(in_size, out_size, cs), precision)

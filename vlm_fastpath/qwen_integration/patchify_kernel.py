@@ -39,7 +39,7 @@ import numpy as np
 
 from ..imaging.numba_launch import kernels, launch
 from ..imaging.output_pool import empty_output
-from ..imaging.torch_taps import AxisTaps, padded_gather, padded_pairs, padded_taps
+from ..imaging.torch_taps import AxisTaps, horizontal_taps
 
 logger = logging.getLogger(__name__)
 
@@ -220,12 +220,9 @@ def horizontal_pass(
         raise ValueError(f"need HWC uint8 pixels and a positive width, got {width}")
     src, cs = _pixel_rows(pixels)
     height, in_w = pixels.shape[:2]
-    start, weights, precision = padded_taps(in_w, width)
     out = empty_output((3, height, width), np.uint8)
     bands = max(1, min(workers, height // MIN_ROWS_PER_BAND)) if pool is not None else 1
-    _run_bands(kernel, (src, cs), (start, weights, padded_pairs(in_w, width),
-                                   padded_gather(in_w, width, cs), precision, out),
-               height, bands, pool)
+    _run_bands(kernel, (src, cs), (*horizontal_taps(in_w, width, cs), out), height, bands, pool)
     return out.transpose(1, 2, 0)
 
 
@@ -285,8 +282,6 @@ def resize_patchify_frame(
     if int(taps.starts[-1] + taps.sizes[-1]) > height:
         raise ValueError(f"taps read past the frame's {height} rows")
     _check_grid_and_out(out, grid_h, grid_w, p, m, t)
-    xmin, xw, xprecision = padded_taps(in_w, grid_w * p)
-    args = (src, cs, xmin, xw, padded_pairs(in_w, grid_w * p),
-            padded_gather(in_w, grid_w * p, cs), xprecision, taps.starts, taps.sizes,
+    args = (src, cs, *horizontal_taps(in_w, grid_w * p, cs), taps.starts, taps.sizes,
             taps.weights, taps.pairs, taps.precision, lut, out, grid_w, p, m, t)
     _run_bands(kernel, args, (), grid_h, min(workers, grid_h), pool)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..imaging.numba_launch import kernels
 from ..imaging.resize_pool import get_pool, pool_size
-from ..imaging.torch_taps import axis_taps, padded_gather, padded_pairs, padded_taps
+from ..imaging.torch_taps import axis_taps, horizontal_taps
 
 _KERNELS = kernels("vlm_fastpath.qwen_integration._numba_video", "Qwen video kernel")
 
@@ -131,12 +131,10 @@ def fill_videos(
             raise ValueError(f"a video plan needs frames and a {plan.height}x{plan.width} frame "
                              f"in whole {p * m}-pixel merge blocks, got {plan}")
         height, width = video.shape[1:3] if last else video.shape[2:4]
-        xmin, xw, xprecision = padded_taps(width, plan.width)
         ytaps = axis_taps(height, plan.height)
         cs = video.shape[3 if last else 1]
-        taps = (xmin, xw, padded_pairs(width, plan.width), padded_gather(width, plan.width, cs),
-                xprecision, ytaps.starts, ytaps.sizes, ytaps.weights, ytaps.pairs,
-                ytaps.precision)
+        taps = (*horizontal_taps(width, plan.width, cs), ytaps.starts, ytaps.sizes,
+                ytaps.weights, ytaps.pairs, ytaps.precision)
         in_place = last and video.flags.c_contiguous
         count = max(1, min(plan.grid_h, -(-JOBS_PER_WORKER * workers // total_groups)))
         edges = [round(k * plan.grid_h / count) for k in range(count + 1)]
