@@ -28,7 +28,8 @@ $(STAMP): pyproject.toml setup.py $(CORE_PINS) vlm_fastpath.pth
 # The benchmark runs in the vLLM 0.33.0 env so vLLM's own fused Kimi processor is a contender;
 # then the processor vLLM itself hands out is timed with and without the plugin; then Qwen-VL
 # (ours vs the transformers torchvision and PIL processors, then vLLM's own Qwen2.5-VL
-# processor with and without the plugin), Qwen-VL video, decoding; last, bytes to Qwen
+# processor with and without the plugin), Qwen-VL video, both beside a thread running Python,
+# decoding; last, bytes to Qwen
 # pixel_values against SGLang 0.5.23's native pipeline, in that release's env.
 BENCH_ENV := .envs/vllm-0.33.0
 BENCH_STAMP := $(BENCH_ENV)/.bench-stamp
@@ -41,6 +42,7 @@ bench: venv
 	$(BENCH_ENV)/bin/python -m benchmarks.qwen_preprocess
 	$(BENCH_ENV)/bin/python -m benchmarks.vllm_qwen_processor
 	$(BENCH_ENV)/bin/python -m benchmarks.qwen_video
+	$(BENCH_ENV)/bin/python -m benchmarks.beside_busy
 	$(BENCH_ENV)/bin/python -m benchmarks.decode
 	@$(MAKE) --no-print-directory -f ci/sglang.mk sglang-env-0.5.23
 	.envs/sglang-0.5.23/bin/python -m benchmarks.sglang_native

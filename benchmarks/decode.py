@@ -28,18 +28,17 @@ Run: ``python -m benchmarks.decode [--quick]``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import statistics
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps
 
 from benchmarks.decode_libraries import encode, photo_like
+from benchmarks.schedules import busy_python_thread
 from vlm_fastpath.bench.checkpoints import KIMI_K25_MEDIA_CFG, QWEN25_VL_CFG
 from vlm_fastpath.imaging import decode
 
@@ -74,25 +73,6 @@ def paired(a: Callable[[], Any], b: Callable[[], Any], repeats: int) -> tuple[fl
         ta.append(t1 - t0)
         tb.append(t2 - t1)
     return statistics.median(ta), statistics.median(tb)
-
-
-@contextlib.contextmanager
-def busy_python_thread() -> Iterator[None]:
-    """A thread running pure Python (it holds the GIL but to hand it over) while inside."""
-    stop = threading.Event()
-
-    def spin() -> None:
-        count = 0
-        while not stop.is_set():
-            count += 1
-
-    thread = threading.Thread(target=spin, name="busy-python", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def contended_rows(items: list[tuple[str, str, bytes]], repeats: int) -> list[dict]:

@@ -14,8 +14,10 @@ would; ``interleaved`` keeps the cost of sharing a process with torch's spinning
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 SCHEDULES = ("interleaved", "blocks")
@@ -45,3 +47,22 @@ def timed_calls(fns: dict[str, Callable[[], Any]], rounds: int, schedule: str
                 times[n].append(time.perf_counter() - t0)
                 del result
     return times
+
+
+@contextlib.contextmanager
+def busy_python_thread() -> Iterator[None]:
+    """A thread running pure Python (it holds the GIL but to hand it over) while inside."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        count = 0
+        while not stop.is_set():
+            count += 1
+
+    thread = threading.Thread(target=spin, name="busy-python", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

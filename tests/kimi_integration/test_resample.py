@@ -210,12 +210,20 @@ def test_processor_resizing_parity(size, limit, side, patch, clip, uint8, seed):
 
 
 def test_the_kernel_runs_for_resized_images(monkeypatch):
+    """One image runs its bands in job loops, several images as band tasks: the fused kernel
+    either way."""
+    processor = FusedKimiProcessor(SMALL_CFG)  # (its warm-up runs both)
     calls = []
-    original = resample._run_band
-    monkeypatch.setattr(resample, "_run_band", lambda *a: calls.append(a) or original(*a))
+    for name in ("_run_band", "_band_jobs"):
+        original = getattr(resample, name)
+        monkeypatch.setattr(resample, name,
+                            lambda *a, name=name, f=original: calls.append(name) or f(*a))
     image = Image.fromarray(rand_array(3, 640, 480))
-    assert_parity(FusedKimiProcessor(SMALL_CFG), [img(image)], SMALL_CFG)
-    assert calls, "the fused kernel was not used"
+    assert_parity(processor, [img(image)], SMALL_CFG)
+    assert calls == ["_band_jobs"], calls
+    calls.clear()
+    assert_parity(processor, [img(image), img(image)], SMALL_CFG)
+    assert calls and set(calls) == {"_run_band"}, calls
 
 
 def _mode_images(seed: int, w: int, h: int) -> dict[str, Image.Image]:

@@ -229,7 +229,16 @@ NUMBA_THREADS_SCRIPT = """
         band_threads.append(threading.current_thread() is threading.main_thread())
         return real_band(*args)
 
-    compiled.resize_patchify_band = counting_band
+    if want == 1:  # (the job loop, used on more threads, calls it as a global: keep it)
+        compiled.resize_patchify_band = counting_band
+    loop_threads = []  # (on the main thread, waits for the others) per job-loop call
+    real_loop = compiled.resize_patchify_band_jobs
+
+    def counting_loop(*args):
+        loop_threads.append((threading.current_thread() is threading.main_thread(), args[-1]))
+        return real_loop(*args)
+
+    compiled.resize_patchify_band_jobs = counting_loop
     vertical = patchify_kernel._KERNELS.kernel("vertical_patchify_parallel")
     processor = FastQwen2VLImageProcessor(mode="torchvision", max_pixels=400_000)
     # 300x200 resizes both sides (the fused band kernel), 280x200 only its height (the
@@ -243,13 +252,20 @@ NUMBA_THREADS_SCRIPT = """
     lut = np.tile(np.arange(256, dtype=np.float32), (3, 1))
     kimi_kernel.patchify_frame(rand_array(2, 28, 28), lut, np.empty((4, 3, 14, 14), np.float32),
                                2, 2, 14)
+    from vlm_fastpath.imaging.resize_pool import get_pool
+
+    get_pool().shutdown(wait=True)  # every helper submitted has run
     if want == 1:
         assert launches == [] and not vertical.signatures, launches  # serial kernels only
         assert band_threads == [True], band_threads  # one band, on the calling thread
+        assert loop_threads == [], loop_threads
     else:
         # the two unfused Qwen calls and the Kimi call
         assert launches == [want] * 3 and vertical.signatures, launches
-        assert band_threads == [False] * want, band_threads  # a band per pool worker
+        assert band_threads == [], band_threads  # the bands run inside the job loops:
+        # the caller's, which waits, and one per other pool worker
+        assert sorted(loop_threads) == [(False, False)] * (want - 1) + [(True, True)], (
+            loop_threads)
     print("OK")
 """
 

@@ -30,6 +30,7 @@ from vlm_fastpath.imaging._numba_int16_taps import (
     vertical_row,
 )
 from vlm_fastpath.imaging._numba_int32 import shift_to_byte
+from vlm_fastpath.imaging._numba_jobs import claim, finish, wait_done
 from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS
 from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 
@@ -330,3 +331,24 @@ def resize_patchify_band(src, cs, xmin, xw, xpairs, xgather, xprecision, starts,
                 vertical_row(ring[c], starts[y], sizes[y], weights[y], ypairs[y], slots, acc,
                              buf[c, r], precision)
         _patch_row(buf, True, 3, lut, copy, stage, flat, gy, 0, grid_w, p, m, t)
+
+
+@njit(cache=True, nogil=True)
+def resize_patchify_band_jobs(counters, edges, src, cs, xmin, xw, xpairs, xgather, xprecision,  # noqa: ANN001, ANN201, PLR0913
+                              starts, sizes, weights, ypairs, precision, lut, out, grid_w, p, m,
+                              t, wait):
+    """:func:`resize_patchify_band` over the bands ``edges[j] .. edges[j + 1]`` this thread
+    claims from ``counters`` (``_numba_jobs``); with ``wait`` (the caller's thread), then wait
+    for the bands other threads claimed. False when another thread failed."""
+    n = edges.shape[0] - 1
+    while True:
+        job = claim(counters, n)
+        if job < 0:
+            break
+        resize_patchify_band(src, cs, xmin, xw, xpairs, xgather, xprecision, starts, sizes,
+                             weights, ypairs, precision, lut, out, grid_w, p, m, t, edges[job],
+                             edges[job + 1])
+        finish(counters)
+    if wait:
+        return wait_done(counters, n)
+    return True

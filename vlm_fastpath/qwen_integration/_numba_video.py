@@ -28,6 +28,7 @@ from numba import njit
 
 from vlm_fastpath.imaging._numba_bytes import VECTOR, copy16
 from vlm_fastpath.imaging._numba_int16_taps import column_scratch, resample_planes, vertical_row
+from vlm_fastpath.imaging._numba_jobs import claim, finish, wait_done
 from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS
 from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 
@@ -219,6 +220,32 @@ def resize_patchify_group_band(frames, cs, xmin, xw, xpairs, xgather, xprecision
                                  buf[k, c, r], precision)
         _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, stream, copies)
     store_fence()
+
+
+@njit(cache=True, nogil=True)
+def group_band_jobs(counters, jobs, video, cs, xmin, xw, xpairs, xgather, xprecision, starts,  # noqa: ANN001, ANN201, PLR0913
+                    sizes, weights, ypairs, precision, lut, out, rows, grid_w, p, m, t, wait):
+    """Run the jobs of one video (rows of ``jobs``: temporal group, its first frame, its
+    frame count, first and end patch row) that this thread claims from ``counters``
+    (``_numba_jobs``), each by :func:`resize_patchify_group_band` on ``video`` (uint8
+    ``[T, H, W*cs]``) into the group's ``rows`` rows of ``out``. With ``wait`` (the caller's
+    thread), then wait for the jobs other threads claimed; returns False when one failed."""
+    total = out.size * out.itemsize
+    n = jobs.shape[0]
+    while True:
+        job = claim(counters, n)
+        if job < 0:
+            break
+        group = jobs[job, 0]
+        first = jobs[job, 1]
+        resize_patchify_group_band(video[first:first + jobs[job, 2]], cs, xmin, xw, xpairs,
+                                   xgather, xprecision, starts, sizes, weights, ypairs,
+                                   precision, lut, out[group * rows:(group + 1) * rows], total,
+                                   grid_w, p, m, t, jobs[job, 3], jobs[job, 4])
+        finish(counters)
+    if wait:
+        return wait_done(counters, n)
+    return True
 
 
 # ``LazyKernels`` looks these two names up; the video path calls the band kernels above.

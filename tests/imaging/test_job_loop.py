@@ -1,0 +1,150 @@
+"""The GIL-free job loops (``imaging.job_loop`` + ``_numba_jobs``): every job runs exactly once
+on however many threads join, the caller waits for jobs others claimed, a failed helper is
+reported instead of hanging the caller, and the video and image kernels built on them stay
+exact when the jobs are spread over threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from numba import njit  # noqa: E402
+
+from vlm_fastpath.imaging import job_loop  # noqa: E402
+from vlm_fastpath.imaging._numba_jobs import claim, finish, wait_done  # noqa: E402
+
+
+@njit(nogil=True)
+def _count_jobs(counters, hits, spin, wait):  # noqa: ANN001, ANN202
+    """Each claimed job adds one to its slot of ``hits`` after ``spin`` iterations of work."""
+    n = hits.shape[0]
+    while True:
+        job = claim(counters, n)
+        if job < 0:
+            break
+        acc = 0
+        for i in range(spin):
+            acc += i
+        hits[job] += 1 + (acc & 0)
+        finish(counters)
+    if wait:
+        return wait_done(counters, n)
+    return True
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4, 8])
+def test_every_job_runs_exactly_once(workers: int) -> None:
+    for jobs in (1, 2, 3, 17, 200):
+        for _ in range(20):
+            hits = np.zeros(jobs, np.int64)
+            job_loop.run_jobs(_count_jobs, jobs, (hits, 2000), workers)
+            assert hits.tolist() == [1] * jobs, (workers, jobs)
+
+
+def test_the_caller_waits_for_jobs_other_threads_claimed() -> None:
+    """A helper holding the last job keeps the caller waiting until it is done: the caller
+    returns only after every slot is written (no job is still running when it returns)."""
+    started = threading.Event()
+    release = threading.Event()
+    hits = np.zeros(2, np.int64)
+    counters = np.zeros(job_loop.SLOTS, np.int64)
+
+    def slow_helper() -> None:
+        job = claim(counters, 2)
+        assert job == 0
+        started.set()
+        release.wait(5)
+        hits[job] += 1
+        finish(counters)
+
+    helper = threading.Thread(target=slow_helper)
+    helper.start()
+    assert started.wait(5)
+    timer = threading.Timer(0.3, release.set)
+    timer.start()
+    t0 = time.perf_counter()
+    assert _count_jobs(counters, hits, 10, True)
+    assert time.perf_counter() - t0 >= 0.25
+    assert hits.tolist() == [1, 1]
+    helper.join()
+
+
+def test_a_failed_helper_is_reported_not_waited_for_forever() -> None:
+    """A helper that claims a job and raises: the caller's wait ends (the failure flag) and
+    ``run_jobs`` raises the helper's own error."""
+    calls = []
+    claimed = threading.Event()
+
+    def loop(counters: np.ndarray, hits: np.ndarray, wait: bool) -> bool:
+        if not wait:  # the helper: claim one job, then fail inside it
+            calls.append("helper")
+            claim(counters, hits.shape[0])
+            claimed.set()
+            raise ValueError("injected failure in a helper's job")
+        assert claimed.wait(10)  # the caller: the helper holds a job it will never finish
+        return _count_jobs(counters, hits, 0, True)
+
+    hits = np.zeros(4, np.int64)
+    done: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            job_loop.run_jobs(loop, 4, (hits,), 2)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            done.append(exc)
+
+    runner = threading.Thread(target=call, daemon=True)
+    runner.start()
+    runner.join(20)
+    assert not runner.is_alive(), "the caller hung on a failed helper"
+    assert calls == ["helper"]
+    assert len(done) == 1 and isinstance(done[0], ValueError), done
+    assert "injected failure" in str(done[0])
+
+
+def test_a_failing_caller_stops_the_helpers_claiming() -> None:
+    counters = np.zeros(job_loop.SLOTS, np.int64)
+
+    def loop(counters_: np.ndarray, wait: bool) -> bool:
+        raise KeyError("caller")
+
+    with pytest.raises(KeyError):
+        job_loop.run_jobs(loop, 3, (), 1)
+    counters[job_loop.FAILED] = 1
+    assert claim(counters, 3) == -1
+
+
+def test_video_jobs_on_threads_equal_one_thread() -> None:
+    """The video kernel's job table (group, first frame, frame count, band) run by several
+    threads fills the same bytes as one thread running every band of every group in order,
+    on an odd clip (the last group padded)."""
+    from vlm_fastpath.imaging.lut import identity_lut
+    from vlm_fastpath.imaging.torch_taps import axis_taps, horizontal_taps
+    from vlm_fastpath.qwen_integration import video_kernel
+
+    if not video_kernel.kernels_available():
+        pytest.skip("video kernel needs numba")
+    rng = np.random.default_rng(5)
+    video = rng.integers(0, 256, (5, 90, 130, 3), dtype=np.uint8)
+    plan = video_kernel.VideoPlan(frames=5, height=56, width=84, patch_size=14, merge_size=2,
+                                  temporal_patch_size=2)
+    lut = identity_lut()
+    threaded = np.zeros((plan.num_patches, plan.row_length), np.uint8)
+    video_kernel.fill_videos([video], [True], [plan], [threaded], lut)
+    serial = np.zeros_like(threaded)
+    band = video_kernel._KERNELS.kernel("resize_patchify_group_band")
+    ytaps = axis_taps(90, 56)
+    taps = (*horizontal_taps(130, 84, 3), ytaps.starts, ytaps.sizes, ytaps.weights,
+            ytaps.pairs, ytaps.precision)
+    rows = plan.rows_per_group
+    for group in range(plan.grid_t):
+        first, count = video_kernel.group_frames(group, plan.frames, 2)
+        frames = video[first:first + count].reshape(count, 90, 130 * 3)
+        band(frames, 3, *taps, lut, serial[group * rows:(group + 1) * rows], serial.nbytes,
+             plan.grid_w, 14, 2, 2, 0, plan.grid_h)
+    assert np.array_equal(threaded, serial)
