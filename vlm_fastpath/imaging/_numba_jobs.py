@@ -66,3 +66,10 @@ def wait_done(counters, jobs):  # noqa: ANN001, ANN201
         if _fetch_add(counters, FAILED, 0) != 0:
             return False
         _sched_yield()
+
+
+@njit(cache=True, nogil=True)
+def settle(counters, jobs, wait):  # noqa: ANN001, ANN201
+    """A loop's return once this thread finds nothing left to claim: with ``wait`` (the
+    caller's thread), :func:`wait_done`; a helper returns True at once."""
+    return wait_done(counters, jobs) if wait else True

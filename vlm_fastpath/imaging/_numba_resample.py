@@ -53,7 +53,7 @@ from ._numba_bytes import (
     transpose8,
 )
 from ._numba_int32 import mad32, shift_to_byte
-from ._numba_jobs import claim, finish, wait_done
+from ._numba_jobs import claim, finish, settle
 from ._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 from .pillow_coeffs import PRECISION_BITS
 
@@ -607,14 +607,11 @@ def resize_patchify_band_jobs(  # noqa: ANN201, PLR0913
     """:func:`resize_patchify_band` over the bands ``edges[j] .. edges[j + 1]`` this thread
     claims from ``counters`` (``_numba_jobs``); with ``wait`` (the caller's thread), then wait
     for the bands other threads claimed. False when another thread failed."""
-    n = edges.shape[0] - 1
-    while True:
-        job = claim(counters, n)
-        if job < 0:
-            break
+    bands = edges.shape[0] - 1
+    job = claim(counters, bands)
+    while job >= 0:
         resize_patchify_band(src, cs, top, in_h, xmin, xw, ymin, ycnt, yw, need_h, need_v,
                              vertical_first, lut, out, grid_w, p, edges[job], edges[job + 1])
         finish(counters)
-    if wait:
-        return wait_done(counters, n)
-    return True
+        job = claim(counters, bands)
+    return settle(counters, bands, wait)

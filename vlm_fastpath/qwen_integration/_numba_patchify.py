@@ -30,7 +30,7 @@ from vlm_fastpath.imaging._numba_int16_taps import (
     vertical_row,
 )
 from vlm_fastpath.imaging._numba_int32 import shift_to_byte
-from vlm_fastpath.imaging._numba_jobs import claim, finish, wait_done
+from vlm_fastpath.imaging._numba_jobs import claim, finish, settle
 from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS
 from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 
@@ -340,15 +340,12 @@ def resize_patchify_band_jobs(counters, edges, src, cs, xmin, xw, xpairs, xgathe
     """:func:`resize_patchify_band` over the bands ``edges[j] .. edges[j + 1]`` this thread
     claims from ``counters`` (``_numba_jobs``); with ``wait`` (the caller's thread), then wait
     for the bands other threads claimed. False when another thread failed."""
-    n = edges.shape[0] - 1
-    while True:
-        job = claim(counters, n)
-        if job < 0:
-            break
+    bands = edges.shape[0] - 1
+    job = claim(counters, bands)
+    while job >= 0:
         resize_patchify_band(src, cs, xmin, xw, xpairs, xgather, xprecision, starts, sizes,
                              weights, ypairs, precision, lut, out, grid_w, p, m, t, edges[job],
                              edges[job + 1])
         finish(counters)
-    if wait:
-        return wait_done(counters, n)
-    return True
+        job = claim(counters, bands)
+    return settle(counters, bands, wait)

@@ -28,7 +28,7 @@ from numba import njit
 
 from vlm_fastpath.imaging._numba_bytes import VECTOR, copy16
 from vlm_fastpath.imaging._numba_int16_taps import column_scratch, resample_planes, vertical_row
-from vlm_fastpath.imaging._numba_jobs import claim, finish, wait_done
+from vlm_fastpath.imaging._numba_jobs import claim, finish, settle
 from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS
 from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 
@@ -231,11 +231,9 @@ def group_band_jobs(counters, jobs, video, cs, xmin, xw, xpairs, xgather, xpreci
     ``[T, H, W*cs]``) into the group's ``rows`` rows of ``out``. With ``wait`` (the caller's
     thread), then wait for the jobs other threads claimed; returns False when one failed."""
     total = out.size * out.itemsize
-    n = jobs.shape[0]
-    while True:
-        job = claim(counters, n)
-        if job < 0:
-            break
+    count = jobs.shape[0]
+    job = claim(counters, count)
+    while job >= 0:
         group = jobs[job, 0]
         first = jobs[job, 1]
         resize_patchify_group_band(video[first:first + jobs[job, 2]], cs, xmin, xw, xpairs,
@@ -243,9 +241,8 @@ def group_band_jobs(counters, jobs, video, cs, xmin, xw, xpairs, xgather, xpreci
                                    precision, lut, out[group * rows:(group + 1) * rows], total,
                                    grid_w, p, m, t, jobs[job, 3], jobs[job, 4])
         finish(counters)
-    if wait:
-        return wait_done(counters, n)
-    return True
+        job = claim(counters, count)
+    return settle(counters, count, wait)
 
 
 # ``LazyKernels`` looks these two names up; the video path calls the band kernels above.
