@@ -148,3 +148,37 @@ def test_video_jobs_on_threads_equal_one_thread() -> None:
         band(frames, 3, *taps, lut, serial[group * rows:(group + 1) * rows], serial.nbytes,
              plan.grid_w, 14, 2, 2, 0, plan.grid_h)
     assert np.array_equal(threaded, serial)
+
+
+def test_a_helper_that_starts_late_holds_none_of_the_calls_arrays() -> None:
+    """The call's arrays are free when ``run_jobs`` returns, also while its helper is still
+    queued behind other tasks: an output a queued task still referenced could not go back to
+    the output pool for the next call (which then faulted in fresh memory)."""
+    import weakref
+
+    from vlm_fastpath.imaging.resize_pool import get_pool, pool_size
+
+    workers = pool_size()
+    if workers < 2:
+        pytest.skip("needs a resize pool of 2+ threads")
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def block() -> None:
+        started.release()
+        release.wait(10)
+
+    blockers = [get_pool().submit(block) for _ in range(workers)]
+    try:
+        for _ in range(workers):
+            assert started.acquire(timeout=10)  # every pool thread is taken
+        hits = np.zeros(8, np.int64)
+        ref = weakref.ref(hits)
+        job_loop.run_jobs(_count_jobs, 8, (hits, 10), workers)
+        assert hits.tolist() == [1] * 8
+        del hits
+        assert ref() is None, "a queued helper still holds the call's arrays"
+    finally:
+        release.set()
+        for blocker in blockers:
+            blocker.result(10)
