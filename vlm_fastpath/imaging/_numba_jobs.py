@@ -6,11 +6,12 @@ the interpreter's switch interval (5 ms), so a call of a dozen short jobs could 
 its quiet time (``benchmarks/results/decode.md``). Inside one ``nogil`` call a thread takes the
 next job from an atomic counter instead: one GIL release and one takeback per thread per call.
 
-How: ``counters`` is an int64 array of :data:`SLOTS`: the next job to claim, the jobs done, and
-a failure flag that the Python side sets when a thread's call raised. A thread claims jobs by an
-atomic fetch-and-add until none is left; the caller's thread then waits, still without the GIL,
-until every claimed job is done (:func:`wait_done`), yielding its core to the threads that run
-them. A pool thread that starts late finds nothing to claim and returns: nobody waits for it.
+How: ``counters`` is an int64 array of ``job_loop.SLOTS``: the next job to claim, the jobs
+done, and a failure flag that the Python side sets when a thread's call raised. A thread claims
+jobs by an atomic fetch-and-add until none is left; the caller's thread then waits, still
+without the GIL, until every claimed job is done (:func:`wait_done`), yielding its core to the
+threads that run them. A helper that starts late finds nothing to claim (``job_loop`` does not
+even hand it the call's arrays once the call has ended).
 """
 
 from __future__ import annotations
