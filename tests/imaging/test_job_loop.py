@@ -151,9 +151,9 @@ def test_video_jobs_on_threads_equal_one_thread() -> None:
 
 
 def test_a_helper_that_starts_late_holds_none_of_the_calls_arrays() -> None:
-    """The call's arrays are free when ``run_jobs`` returns, also while its helper is still
-    queued behind other tasks: an output a queued task still referenced could not go back to
-    the output pool for the next call (which then faulted in fresh memory)."""
+    """The call's large arrays are free when ``run_jobs`` returns, also while its helper is
+    still queued behind other tasks: an output a queued task still referenced could not go
+    back to the output pool for the next call (which then faulted in fresh memory)."""
     import weakref
 
     from vlm_fastpath.imaging.resize_pool import get_pool, pool_size
@@ -161,6 +161,7 @@ def test_a_helper_that_starts_late_holds_none_of_the_calls_arrays() -> None:
     workers = pool_size()
     if workers < 2:
         pytest.skip("needs a resize pool of 2+ threads")
+    job_loop.run_jobs(_count_jobs, 8, (np.zeros(8, np.int64), 10), 1)  # compiled before
     release = threading.Event()
     started = threading.Semaphore(0)
 
@@ -172,13 +173,49 @@ def test_a_helper_that_starts_late_holds_none_of_the_calls_arrays() -> None:
     try:
         for _ in range(workers):
             assert started.acquire(timeout=10)  # every pool thread is taken
-        hits = np.zeros(8, np.int64)
+        hits = np.zeros(job_loop.DETACH_BYTES // 8, np.int64)
         ref = weakref.ref(hits)
-        job_loop.run_jobs(_count_jobs, 8, (hits, 10), workers)
-        assert hits.tolist() == [1] * 8
+        job_loop.run_jobs(_count_jobs, 8, (hits[:8], 10), workers)
+        assert hits[:8].tolist() == [1] * 8
         del hits
         assert ref() is None, "a queued helper still holds the call's arrays"
     finally:
         release.set()
         for blocker in blockers:
             blocker.result(10)
+
+
+def test_a_call_returns_without_waiting_for_its_helpers_to_take_the_gil_back() -> None:
+    """Once every job is done the call returns, while a helper has yet to come back to
+    Python (beside a thread running Python that waits up to 5 ms per helper), and its large
+    arrays are already free: the helpers hold views that do not own their memory."""
+    import weakref
+
+    from vlm_fastpath.imaging.resize_pool import pool_size
+
+    if pool_size() < 2:
+        pytest.skip("needs a resize pool of 2+ threads")
+    slow = 0.5
+    returned = threading.Event()
+
+    def loop(counters, hits, spin, wait):  # noqa: ANN001, ANN202
+        done = _count_jobs(counters, hits, spin, wait)
+        if not wait:  # a helper: late back in Python, its arguments still in this frame
+            returned.wait(2)
+            time.sleep(slow)
+        return done
+
+    loop(np.zeros(job_loop.SLOTS, np.int64), np.zeros(4, np.int64), 10, True)  # compiled
+    for _ in range(3):
+        big = np.zeros(job_loop.DETACH_BYTES // 8, np.int64)
+        ref = weakref.ref(big)
+        start = time.perf_counter()
+        job_loop.run_jobs(loop, big.shape[0], (big, 0), 2)
+        elapsed = time.perf_counter() - start
+        returned.set()
+        assert elapsed < slow, f"the call waited {elapsed:.2f} s for a helper's return"
+        assert (big == 1).all()
+        del big
+        assert ref() is None, "a helper's arguments keep the call's array alive"
+        time.sleep(slow + 0.2)  # the helper is back: the next round starts clean
+        returned.clear()

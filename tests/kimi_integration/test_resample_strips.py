@@ -1,5 +1,7 @@
 """Images held in many Pillow blocks (large photos, under Pillow's 16 MiB blocks) are read a
-strip at a time by the resampler's bands, never copied whole: against Pillow itself.
+strip at a time by the resampler's bands, never copied whole: against Pillow itself. Both
+readers: the job loops that copy rows through Pillow's row table (``row-table``), and the band
+tasks that copy them with Pillow's ``paste`` (``paste``, where no row table can be read).
 
 The images are made small in many blocks (``pillow_blocks``) and the strip budget is made a
 few rows (``resample.STRIP_BYTES``), so every case cuts bands into many strips, in every pass
@@ -40,16 +42,36 @@ def _many_blocks(array: np.ndarray) -> Image.Image:
         return Image.fromarray(array)
 
 
-@pytest.fixture
-def strip_calls(monkeypatch):
-    """Every ``(top, bottom)`` a band copies out of Pillow's memory; whole-image copies fail."""
+@pytest.fixture(params=["row-table", "paste"])
+def strip_calls(request, monkeypatch):
+    """Every ``(top, bottom)`` a band copies out of Pillow's memory, by the reader of this
+    run; whole-image copies fail."""
     calls: list[tuple[int, int]] = []
-    real = resample.copy_rows
+    if request.param == "paste":
+        monkeypatch.setattr(resample, "row_table", lambda image: None)
+        real = resample.copy_rows
 
-    def spy(image, top, bottom, out):
-        calls.append((top, bottom))
-        real(image, top, bottom, out)
+        def spy(image, top, bottom, out):
+            calls.append((top, bottom))
+            real(image, top, bottom, out)
 
+        monkeypatch.setattr(resample, "copy_rows", spy)
+    else:
+        real_spans = resample.strip_spans
+        real_table = resample.row_table
+
+        def spans_spy(*args):
+            spans = real_spans(*args)
+            calls.extend((top, bottom) for _, _, top, bottom in spans)
+            return spans
+
+        def table(image):
+            rows = real_table(image)
+            assert rows is not None, "no row table for an RGB image in many blocks"
+            return rows
+
+        monkeypatch.setattr(resample, "strip_spans", spans_spy)
+        monkeypatch.setattr(resample, "row_table", table)
     real_pixels = resample.frame_pixels
 
     def whole_copy(frame):
@@ -57,7 +79,6 @@ def strip_calls(monkeypatch):
             raise AssertionError("the resampler copied a whole many-block image")
         return real_pixels(frame)
 
-    monkeypatch.setattr(resample, "copy_rows", spy)
     monkeypatch.setattr(resample, "frame_pixels", whole_copy)
     return calls
 

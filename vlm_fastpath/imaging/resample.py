@@ -41,10 +41,10 @@ from .band_pool import TaskGroup, get_band_pool
 from .decode.decoded_image import held_rgb
 from .errors import ImagingInputError
 from .image_input import check_pixel_count, unwrap
-from .job_loop import run_jobs
+from .job_loop import even_edges, run_jobs
 from .lut import identity_lut
 from .pillow_coeffs import pillow_coefficients, pillow_version, vertical_first
-from .pillow_pixels import can_copy_rows, copy_rows, rgbx_view
+from .pillow_pixels import can_copy_rows, copy_rows, rgbx_view, row_table
 from .resize_pool import THREADS_ENV, default_workers, pool_size
 from .tap_windows import pad_windows
 
@@ -117,6 +117,7 @@ class _Numba:
         self.loaded = False
         self.kernel: Callable[..., None] | None = None
         self.jobs: Callable[..., bool] | None = None  # the kernel's bands in a job loop
+        self.span_jobs: Callable[..., bool] | None = None  # same, from Pillow's blocks
         self.error: str | None = None
 
     def load(self) -> Callable[..., None] | None:
@@ -138,6 +139,7 @@ class _Numba:
             return
         self.kernel = _numba_resample.resize_patchify_band
         self.jobs = _numba_resample.resize_patchify_band_jobs
+        self.span_jobs = _numba_resample.resize_patchify_span_jobs
 
 
 _NUMBA = _Numba()
@@ -359,10 +361,42 @@ def _band_jobs(args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray, grid_w:
     beside a thread running Python, one takeback of the GIL per thread instead of two per
     band)."""
     bands = band_count(grid_h, 1.0, workers)
-    edges = np.unique(np.array([round(i * grid_h / bands) for i in range(bands + 1)], np.int64))
+    edges = even_edges(grid_h, bands)
     jobs = _NUMBA.jobs
     assert jobs is not None
     run_jobs(jobs, len(edges) - 1, (edges, *args, lut, dest, grid_w, p), workers)
+
+
+def _span_jobs(args: tuple[Any, ...], rows: np.ndarray, lut: np.ndarray, dest: np.ndarray,
+               grid_w: int, p: int, grid_h: int, workers: int) -> None:
+    """Patch rows ``0 .. grid_h`` of an image held in many Pillow blocks, in job loops: each
+    job copies the source rows of one :func:`strip_spans` run from Pillow's memory (``rows``,
+    :func:`.pillow_pixels.row_table`) into its thread's strip and resamples them, all inside
+    one GIL-free call per thread (``_run_strip_band`` does the same a Python task per band)."""
+    image, cs, _, in_h, xmin, xw, ymin, ycnt, yw, need_h, need_v, order = args
+    row_bytes = image.size[0] * 4
+    spans = np.array(strip_spans(ymin, ycnt, need_v, in_h, p, 0, grid_h,
+                                 max(1, STRIP_BYTES // row_bytes)), np.int64).reshape(-1, 4)
+    strip_rows = int((spans[:, 3] - spans[:, 2]).max())
+    jobs = _NUMBA.span_jobs
+    assert jobs is not None
+    run_jobs(jobs, len(spans), (spans, rows, strip_rows, row_bytes, cs, in_h, xmin, xw, ymin,
+                                ycnt, yw, need_h, need_v, order, lut, dest, grid_w, p), workers)
+
+
+def _one_frame_jobs(args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray, grid_w: int,
+                    p: int, grid_h: int) -> bool:
+    """One frame's patch rows in job loops, from one array or from Pillow's blocks through
+    their row table; False (nothing done) for an image whose rows only ``paste`` can read."""
+    source = args[0]
+    if not isinstance(source, Image.Image):
+        _band_jobs(args, lut, dest, grid_w, p, grid_h, pool_size())
+        return True
+    rows = row_table(source)
+    if rows is None:
+        return False
+    _span_jobs(args, rows, lut, dest, grid_w, p, grid_h, pool_size())
+    return True
 
 
 def _submit_bands(group: TaskGroup, args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray,
@@ -390,13 +424,12 @@ def resize_patchify(
     if len(jobs) == 1:  # one frame held as one array: its bands in job loops
         frame, plan, dest = jobs[0]
         source, cs, keepalive = frame_source(frame, rules)
-        if not isinstance(source, Image.Image):
-            args = _band_args(source, cs, plan.new_width, plan.new_height, "bicubic")
-            _band_jobs(args, _readonly(lut), dest, plan.grid_w, plan.patch_size, plan.grid_h,
-                       pool_size())
-            del keepalive  # the source's memory was read until here
+        args = _band_args(source, cs, plan.new_width, plan.new_height, "bicubic")
+        if _one_frame_jobs(args, _readonly(lut), dest, plan.grid_w, plan.patch_size,
+                           plan.grid_h):
+            del keepalive, args  # the source's memory was read until here
             return
-        jobs = [(source, plan, dest)]  # an image in Pillow's blocks: read a strip per band
+        jobs = [(source, plan, dest)]  # rows only ``paste`` reads: a strip per band task
     pool = get_band_pool()
     group = pool.group()
     total_rows = sum(plan.grid_h for _, plan, _ in jobs) or 1
@@ -423,7 +456,7 @@ def warm_up() -> float:
     request then does not pay the kernel's cache load (~0.5 s on 2 cores; a compile when
     numba's cache is cold). One tiny resize per specialization the processors use: float32
     and uint8 tables, each from a numpy array and from Pillow's RGBX memory, by the band
-    kernel and by its job loop. Once per process;
+    kernel and by its job loops (from one array, and from Pillow's rows). Once per process;
     a failure here is logged and left to the real call to report.
     """
     if _WARM["done"] or not kernel_enabled():
@@ -441,6 +474,10 @@ def warm_up() -> float:
                     out = np.empty((1, 3, 3, 3), dtype=table.dtype)
                     _run_band(args, _readonly(table), out, 1, 3, 0, 1, keepalive)
                     _band_jobs(args, _readonly(table), out, 1, 3, 1, 1)
+                    rows = row_table(frame) if isinstance(frame, Image.Image) else None
+                    if rows is not None:  # the span loop, as for an image in many blocks
+                        image_args = _band_args(frame, 4, 3, 2, "bicubic")
+                        _span_jobs(image_args, rows, _readonly(table), out, 1, 3, 1, 1)
         except Exception:  # noqa: BLE001 - never fail a processor's construction here
             logger.warning("vlm-fastpath: resampler warm-up failed", exc_info=True)
         _WARM["done"] = True
@@ -476,9 +513,8 @@ def resize_rgb(frame: Any, width: int, height: int, filter_name: str = "bicubic"
     source, cs, keepalive = frame_source(frame, rules)
     args = _band_args(source, cs, width, height, filter_name)
     out = np.empty((height * width, 3, 1, 1), dtype=np.uint8)
-    if not isinstance(source, Image.Image):
-        _band_jobs(args, _readonly(_identity_lut()), out, width, 1, height, pool_size())
-        del keepalive  # the source's memory was read until here
+    if _one_frame_jobs(args, _readonly(_identity_lut()), out, width, 1, height):
+        del keepalive, args  # the source's memory was read until here
         return out.reshape(height, width, 3)
     pool = get_band_pool()
     group = pool.group()

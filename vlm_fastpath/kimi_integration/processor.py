@@ -153,8 +153,11 @@ class FusedKimiProcessor:
         # Recycled memory of a freed output when one fits, else numpy's (which asks the kernel
         # for transparent huge pages on large buffers): output_pool.
         pixel_values = torch.from_numpy(empty_output((total, 3, p, p), lut.dtype))
-        grid_thws = torch.tensor([plan.grid_thw for plan in plans], dtype=torch.int64)
-        grid_thws = grid_thws.reshape(len(plans), 3)
+        # Built in numpy: a torch op releases the GIL, and taking it back beside a thread
+        # that runs Python waits up to the switch interval (5 ms).
+        grid_thws = torch.from_numpy(
+            np.array([plan.grid_thw for plan in plans], dtype=np.int64).reshape(len(plans), 3)
+        )
         self._fill(items, plans, pixel_values.numpy(), lut)
         if return_tensors in ("np", "numpy"):
             data: dict[str, Any] = {

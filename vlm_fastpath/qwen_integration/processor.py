@@ -294,9 +294,11 @@ class FastQwen2VLImageProcessor:
         # pages on large buffers): imaging.output_pool.
         out = empty_output((total, 3 * t * p * p), lut.dtype)
         self._fill(rgb, plans, out, lut, config)
-        grid = torch.tensor([[1, plan.grid_h, plan.grid_w] for plan in plans], dtype=torch.int64)
-        return _batch(torch.from_numpy(out), grid.reshape(len(plans), 3), return_tensors,
-                      config.mode)
+        # Built in numpy: a torch op releases the GIL, and taking it back beside a thread that
+        # runs Python waits up to the switch interval (5 ms).
+        grid = np.array([[1, plan.grid_h, plan.grid_w] for plan in plans], np.int64)
+        return _batch(torch.from_numpy(out), torch.from_numpy(grid.reshape(len(plans), 3)),
+                      return_tensors, config.mode)
 
     __call__ = preprocess
 
