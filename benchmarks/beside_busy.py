@@ -8,7 +8,8 @@ Why: an API server's event loop runs Python while requests are preprocessed. Eve
 thread of ours returns to Python it waits for the GIL up to the switch interval (5 ms), so a
 kernel spread over a pool as one task per band paid that per band; the job loops
 (``vlm_fastpath.imaging.job_loop``) pay it about once per call. Rows: the 2048² image
-(Qwen2.5-VL's published pixel limits, float32 and uint8) and Qwen2.5-VL video clips in uint8
+(Qwen2.5-VL's published pixel limits, float32 and uint8), a 4032x3024 photo as a PIL image
+in many Pillow blocks (both dtypes), and Qwen2.5-VL video clips in uint8
 (what vLLM 0.32+ asks for), each output checked ``torch.equal`` against transformers' first.
 Timing: ``rounds`` calls of each contender in rotating order, alone, then the same beside
 ``schedules.busy_python_thread``; medians. On 2 cores the busy thread also takes a core, so
@@ -50,6 +51,14 @@ def workloads() -> list[tuple[str, dict[str, Callable[[], Any]], tuple[str, ...]
         out.append((f"image 2048x2048 {dtype}", {
             "transformers": lambda kw=kw: hf_image(images=[image], return_tensors="pt", **kw),
             "ours": lambda kw=kw: ours_image(images=[image], return_tensors="pt", **kw),
+        }, ("pixel_values", "image_grid_thw")))
+    # A phone photo: an RGB image in many Pillow blocks (no one-block view), whose rows our
+    # kernels copy through Pillow's row table (imaging.pillow_pixels.row_table).
+    photo = photo_like(3, 4032, 3024)
+    for dtype, kw in (("float32", {}), ("uint8", UINT8)):
+        out.append((f"photo 4032x3024 PIL, many blocks, {dtype}", {
+            "transformers": lambda kw=kw: hf_image(images=[photo], return_tensors="pt", **kw),
+            "ours": lambda kw=kw: ours_image(images=[photo], return_tensors="pt", **kw),
         }, ("pixel_values", "image_grid_thw")))
     hf_video, ours_video = processors("qwen2.5-vl")
     for frames, width, height in CLIPS:
