@@ -76,8 +76,10 @@ def test_row_table_addresses_every_row(one_block):
     width, height = 37, 300
     array = rand_array(9, width, height)
     image = _image(array, one_block)
-    rows = row_table(image)
-    assert rows is not None and rows.shape == (height,) and not rows.flags.writeable
+    table = row_table(image)
+    assert table is not None
+    rows, core = table
+    assert core is image.im and rows.shape == (height,) and not rows.flags.writeable
     assert np.array_equal(_rows_at(rows, width).reshape(height, width, 4)[:, :, :3], array)
     steps = set(np.diff(rows).tolist())
     assert (steps == {width * 4}) == one_block

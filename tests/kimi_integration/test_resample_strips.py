@@ -66,9 +66,9 @@ def strip_calls(request, monkeypatch):
             return spans
 
         def table(image):
-            rows = real_table(image)
-            assert rows is not None, "no row table for an RGB image in many blocks"
-            return rows
+            found = real_table(image)
+            assert found is not None, "no row table for an RGB image in many blocks"
+            return found
 
         monkeypatch.setattr(resample, "strip_spans", spans_spy)
         monkeypatch.setattr(resample, "row_table", table)

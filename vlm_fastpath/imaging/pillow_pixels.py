@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 from concurrent.futures import Executor
 from typing import Any
 
@@ -127,10 +128,10 @@ def _header(core: Any, layout: tuple[int, ...]) -> tuple[int, int, int, int, int
     xs, ys, image, pixelsize, linesize = layout
 
     def int32(offset: int) -> int:
-        return int.from_bytes(raw[offset:offset + 4], "little", signed=True)
+        return int.from_bytes(raw[offset:offset + 4], sys.byteorder, signed=True)
 
     return (int32(xs), int32(ys), int32(pixelsize), int32(linesize),
-            int.from_bytes(raw[image:image + 8], "little"))
+            int.from_bytes(raw[image:image + 8], sys.byteorder))
 
 
 @functools.cache
@@ -172,10 +173,11 @@ def _header_layout() -> tuple[int, ...] | None:
     return found[0]
 
 
-def row_table(image: Image.Image) -> np.ndarray | None:
-    """The int64 address of each row of a loaded RGB image's RGBX memory, valid while the
-    image is held and not changed; None where this Pillow's header is not the probed layout
-    or this image's header does not describe it (then ``copy_rows`` reads it)."""
+def row_table(image: Image.Image) -> tuple[np.ndarray, Any] | None:
+    """``(rows, keepalive)``: the int64 address of each row of a loaded RGB image's RGBX
+    memory, valid while ``keepalive`` (the image's Pillow core) is held and the image is not
+    changed; None where this Pillow's header is not the probed layout or this image's header
+    does not describe it (then ``copy_rows`` reads it)."""
     if image.mode != "RGB":
         return None
     layout = _header_layout()
@@ -183,7 +185,8 @@ def row_table(image: Image.Image) -> np.ndarray | None:
         return None
     width, height = image.size
     try:
-        xsize, ysize, pixelsize, linesize, table = _header(image.im, layout)
+        core = image.im
+        xsize, ysize, pixelsize, linesize, table = _header(core, layout)
     except (ValueError, TypeError, AttributeError):
         return None
     if (xsize, ysize, pixelsize, linesize) != (width, height, 4, width * 4) or not table:
@@ -192,7 +195,7 @@ def row_table(image: Image.Image) -> np.ndarray | None:
     if not rows.all():
         return None
     rows.setflags(write=False)
-    return rows
+    return rows, core
 
 
 # Rows per strip of ``rgbx_copy`` at least: smaller copies are not worth a hand-off.
@@ -243,9 +246,10 @@ def _gather_copy(image: Image.Image, workers: int) -> np.ndarray | None:
     resize pool, where numba and :func:`row_table` can; else None."""
     if not settings.numba_allowed():
         return None
-    rows = row_table(image)
-    if rows is None:
+    table = row_table(image)
+    if table is None:
         return None
+    rows, core = table
     try:
         from . import _numba_rows
     except ImportError:
@@ -257,6 +261,7 @@ def _gather_copy(image: Image.Image, workers: int) -> np.ndarray | None:
     parts = max(1, min(JOBS_PER_WORKER * workers, height // MIN_STRIP_ROWS))
     edges = even_edges(height, parts)
     run_jobs(_numba_rows.gather_row_jobs, len(edges) - 1, (edges, rows, pixels), workers)
+    del core  # the rows were read until here
     pixels.setflags(write=False)
     return pixels
 

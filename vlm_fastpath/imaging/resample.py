@@ -392,10 +392,12 @@ def _one_frame_jobs(args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray, gr
     if not isinstance(source, Image.Image):
         _band_jobs(args, lut, dest, grid_w, p, grid_h, pool_size())
         return True
-    rows = row_table(source)
-    if rows is None:
+    table = row_table(source)
+    if table is None:
         return False
+    rows, core = table
     _span_jobs(args, rows, lut, dest, grid_w, p, grid_h, pool_size())
+    del core  # the rows were read until here
     return True
 
 
@@ -477,7 +479,7 @@ def warm_up() -> float:
                     rows = row_table(frame) if isinstance(frame, Image.Image) else None
                     if rows is not None:  # the span loop, as for an image in many blocks
                         image_args = _band_args(frame, 4, 3, 2, "bicubic")
-                        _span_jobs(image_args, rows, _readonly(table), out, 1, 3, 1, 1)
+                        _span_jobs(image_args, rows[0], _readonly(table), out, 1, 3, 1, 1)
         except Exception:  # noqa: BLE001 - never fail a processor's construction here
             logger.warning("vlm-fastpath: resampler warm-up failed", exc_info=True)
         _WARM["done"] = True
