@@ -55,4 +55,3 @@ def gather_row_jobs(counters, edges, rows, dst, wait):  # noqa: ANN001, ANN201
         finish(counters)
         job = claim(counters, jobs)
     return settle(counters, jobs, wait)
-

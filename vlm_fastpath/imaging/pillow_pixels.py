@@ -118,12 +118,12 @@ _HEADER_LAYOUTS = {
     "mode-string": (20, 24, 56, 80, 84),
 }
 _HEADER_BYTES = 88  # the fields above lie inside the first 88 bytes in both layouts
-_get_pointer_imaging = b"Pillow Imaging"
+_IMAGING_CAPSULE = b"Pillow Imaging"
 
 
 def _header(core: Any, layout: tuple[int, ...]) -> tuple[int, int, int, int, int]:
     """(xsize, ysize, pixelsize, linesize, address of the row table) of a Pillow core."""
-    address = _get_pointer(core.ptr, _get_pointer_imaging)
+    address = _get_pointer(core.ptr, _IMAGING_CAPSULE)
     raw = ctypes.string_at(address, _HEADER_BYTES)
     xs, ys, image, pixelsize, linesize = layout
 
