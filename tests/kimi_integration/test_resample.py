@@ -210,11 +210,12 @@ def test_processor_resizing_parity(size, limit, side, patch, clip, uint8, seed):
 
 
 def test_the_kernel_runs_for_resized_images(monkeypatch):
-    """One image runs its bands in job loops, several images as band tasks: the fused kernel
-    either way."""
+    """One image runs its bands in a job loop, several images all their bands in one job loop
+    (``_frames_jobs``), and where that loop declines, as band tasks: the fused kernel in every
+    case."""
     processor = FusedKimiProcessor(SMALL_CFG)  # (its warm-up runs both)
     calls = []
-    for name in ("_run_band", "_band_jobs"):
+    for name in ("_run_band", "_band_jobs", "_frames_jobs"):
         original = getattr(resample, name)
         monkeypatch.setattr(resample, name,
                             lambda *a, name=name, f=original: calls.append(name) or f(*a))
@@ -222,6 +223,10 @@ def test_the_kernel_runs_for_resized_images(monkeypatch):
     assert_parity(processor, [img(image)], SMALL_CFG)
     assert calls == ["_band_jobs"], calls
     calls.clear()
+    assert_parity(processor, [img(image), img(image)], SMALL_CFG)
+    assert calls == ["_frames_jobs"], calls
+    calls.clear()
+    monkeypatch.setattr(resample, "_many_frames_jobs", lambda *a: False)
     assert_parity(processor, [img(image), img(image)], SMALL_CFG)
     assert calls and set(calls) == {"_run_band"}, calls
 

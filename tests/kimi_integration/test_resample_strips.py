@@ -163,3 +163,45 @@ def test_strip_spans_cover_every_patch_row():
                 rows = range(a * 14, min(b * 14, 300))
                 assert top == min(int(ymin[y]) for y in rows)
                 assert bottom == max(int(ymin[y] + ycnt[y]) for y in rows)
+
+
+def _frame_of(kind: str, array: np.ndarray):
+    if kind == "array":
+        return array
+    if kind == "one-block":
+        with pillow_blocks(one_block=True):
+            return Image.fromarray(array)
+    if kind == "many-blocks":
+        return _many_blocks(array)
+    return Image.fromarray(array).convert("RGBA")  # converted to RGB on the way in
+
+
+FRAME_KINDS = st.sampled_from(["array", "one-block", "many-blocks", "rgba"])
+
+
+@SETTINGS
+@given(frames=st.lists(st.tuples(FRAME_KINDS, st.integers(1, 400), st.integers(1, 400)),
+                       min_size=2, max_size=5),
+       strip_rows=st.integers(1, 40), limit=st.integers(4, 2000), patch=st.sampled_from([7, 14]),
+       as_video=st.booleans(), uint8=st.booleans(), seed=st.integers(0, 2**16))
+def test_the_frames_of_one_call_run_in_one_loop(monkeypatch, frames, strip_rows, limit, patch,
+                                                as_video, uint8, seed):
+    """Several frames of any kind and size (a video chunk's share one size) in one call: all
+    their bands and strips in one job loop (``_frames_jobs``), the checkpoint's pixels."""
+    cfg = dict(KIMI_K25_CFG, in_patch_limit=limit, patch_size=patch)
+    loops = []
+    real = resample._frames_jobs
+    monkeypatch.setattr(resample, "_frames_jobs",
+                        lambda *a: loops.append(len(a[0])) or real(*a))
+    monkeypatch.setattr(resample, "STRIP_BYTES", strip_rows * 400 * 4)
+    sizes = [(frames[0][1], frames[0][2])] * len(frames) if as_video else [
+        (w, h) for _, w, h in frames]
+    made = [_frame_of(kind, rand_array(seed + i, w, h))
+            for i, ((kind, _, _), (w, h)) in enumerate(zip(frames, sizes, strict=True))]
+    twins = [Image.fromarray(f) if isinstance(f, np.ndarray) else f for f in made]  # oracle's
+    if as_video:
+        medias, oracle = [video(made)], [video(twins)]
+    else:
+        medias, oracle = [img(f) for f in made], [img(f) for f in twins]
+    assert_parity(FusedKimiProcessor(cfg), medias, cfg, oracle_medias=oracle, uint8=uint8)
+    assert loops == [len(frames)], loops

@@ -43,7 +43,7 @@ fork hazards) are never involved.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import carray, njit
 
 from ._numba_bytes import (
     WIDE_GROUPS,
@@ -54,7 +54,7 @@ from ._numba_bytes import (
 )
 from ._numba_int32 import mad32, shift_to_byte
 from ._numba_jobs import claim, finish, settle
-from ._numba_rows import gather_rows
+from ._numba_rows import bytes_at, gather_rows, int32_at, int64_at, items_at
 from ._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 from .pillow_coeffs import PRECISION_BITS
 
@@ -639,3 +639,48 @@ def resize_patchify_span_jobs(  # noqa: ANN201, PLR0913
         finish(counters)
         job = claim(counters, jobs)
     return settle(counters, jobs, wait)
+
+
+# Columns of ``resize_patchify_frames_jobs``'s frame table: where each frame's arrays are
+# (addresses) and its scalars. A frame read through its row table has ``F_ROWS`` != 0.
+(F_SRC, F_SRC_ROWS, F_ROW_BYTES, F_CS, F_IN_H, F_NEED_H, F_NEED_V, F_ORDER, F_GRID_W, F_OUT,
+ F_PATCHES, F_ROWS, F_XMIN, F_OUT_W, F_XW, F_TAPS, F_YMIN, F_OUT_H, F_YCNT, F_YW,
+ F_YW_COLS) = range(21)
+FRAME_COLUMNS = 21
+
+
+@njit(cache=True, nogil=True)
+def resize_patchify_frames_jobs(counters, jobs, frames, strip_bytes, lut, p, wait):  # noqa: ANN001, ANN201, PLR0913
+    """:func:`resize_patchify_band` over the frames of one call: each job ``(k, a, b, top,
+    bottom)`` of ``jobs`` makes patch rows ``a .. b`` of frame ``k``, whose arrays the row
+    ``frames[k]`` gives by address (the caller holds them). A frame held as one array is read
+    in place; one in many Pillow blocks (``F_ROWS``: its row table) has source rows
+    ``top .. bottom`` copied into this thread's strip first (``strip_bytes`` at most). Nothing
+    here holds a Python reference, so the loop's helpers keep none of the call's arrays."""
+    n = jobs.shape[0]
+    job = claim(counters, n)
+    strip = np.empty(strip_bytes if job >= 0 else 0, np.uint8)
+    while job >= 0:
+        f = frames[jobs[job, 0]]
+        a, b, top, bottom = jobs[job, 1], jobs[job, 2], jobs[job, 3], jobs[job, 4]
+        row_bytes = f[F_ROW_BYTES]
+        xmin = carray(int32_at(f[F_XMIN]), (f[F_OUT_W],))
+        xw = carray(int64_at(f[F_XW]), (f[F_OUT_W], f[F_TAPS]))
+        ymin = carray(int32_at(f[F_YMIN]), (f[F_OUT_H],))
+        ycnt = carray(int32_at(f[F_YCNT]), (f[F_OUT_H],))
+        yw = carray(int32_at(f[F_YW]), (f[F_OUT_H], f[F_YW_COLS]))
+        out = carray(items_at(f[F_OUT], lut), (f[F_PATCHES], 3, p, p))
+        if f[F_ROWS] == 0:
+            src = carray(bytes_at(f[F_SRC]), (f[F_SRC_ROWS], row_bytes))
+            first = 0
+        else:
+            rows = carray(int64_at(f[F_ROWS]), (f[F_IN_H],))
+            src = strip[: (bottom - top) * row_bytes].reshape((bottom - top, row_bytes))
+            gather_rows(rows, top, bottom, src)
+            first = top
+        resize_patchify_band(src, f[F_CS], first, f[F_IN_H], xmin, xw, ymin, ycnt, yw,
+                             f[F_NEED_H] != 0, f[F_NEED_V] != 0, f[F_ORDER] != 0, lut, out,
+                             f[F_GRID_W], p, a, b)
+        finish(counters)
+        job = claim(counters, n)
+    return settle(counters, n, wait)

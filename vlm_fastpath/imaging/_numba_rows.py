@@ -19,6 +19,37 @@ from numba.extending import intrinsic
 from vlm_fastpath.imaging._numba_jobs import claim, finish, settle
 
 
+def _typed_pointer(item: types.Type) -> object:
+    """An intrinsic ``(address)``: the int64 ``address`` as a pointer to ``item``."""
+
+    @intrinsic
+    def pointer(typingctx, address):  # noqa: ANN001, ANN202, ARG001
+        sig = types.CPointer(item)(types.int64)
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+        return sig, codegen
+
+    return pointer
+
+
+bytes_at = _typed_pointer(types.uint8)
+int32_at = _typed_pointer(types.int32)
+int64_at = _typed_pointer(types.int64)
+
+
+@intrinsic
+def items_at(typingctx, address, like):  # noqa: ANN001, ANN202, ARG001
+    """The int64 ``address`` as a pointer to items of ``like``'s dtype (an array)."""
+    sig = types.CPointer(like.dtype)(types.int64, like)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return sig, codegen
+
+
 @intrinsic
 def _copy_bytes(typingctx, dst, src, count):  # noqa: ANN001, ANN202, ARG001
     """``memcpy(dst, src, count)`` between int64 addresses (libc's, through LLVM)."""

@@ -118,6 +118,8 @@ class _Numba:
         self.kernel: Callable[..., None] | None = None
         self.jobs: Callable[..., bool] | None = None  # the kernel's bands in a job loop
         self.span_jobs: Callable[..., bool] | None = None  # same, from Pillow's blocks
+        self.frames_jobs: Callable[..., bool] | None = None  # a call's frames, one loop
+        self.columns: dict[str, int] = {}  # its frame table's columns
         self.error: str | None = None
 
     def load(self) -> Callable[..., None] | None:
@@ -140,6 +142,9 @@ class _Numba:
         self.kernel = _numba_resample.resize_patchify_band
         self.jobs = _numba_resample.resize_patchify_band_jobs
         self.span_jobs = _numba_resample.resize_patchify_span_jobs
+        self.frames_jobs = _numba_resample.resize_patchify_frames_jobs
+        self.columns = {name: getattr(_numba_resample, name)
+                        for name in dir(_numba_resample) if name.startswith("F_")}
 
 
 _NUMBA = _Numba()
@@ -401,6 +406,66 @@ def _one_frame_jobs(args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray, gr
     return True
 
 
+_TAP_DTYPES = (np.int32, np.int64, np.int32, np.int32, np.int32)  # xmin xw ymin ycnt yw
+
+
+def _frames_jobs(frames: list[tuple[tuple[Any, ...], np.ndarray, int, int, Any]],
+                 lut: np.ndarray, p: int, workers: int) -> bool:
+    """Patch rows of every frame of a call in one job loop (``(args, dest, grid_w, grid_h,
+    rows)`` each; ``rows``: the row table of an image in many Pillow blocks, else None):
+    bands of ~BANDS_PER_WORKER per worker spread over the frames by their rows, strips of
+    :func:`strip_spans` for images read through their row table. Beside a thread running
+    Python a call then takes the GIL back once, not once or twice per band. The kernel
+    reads each frame's arrays by address from a table, so this frame holds them (and their
+    keepalives) until the loop returns. False (nothing done) where an array is not of the
+    kernel's layout."""
+    col = _NUMBA.columns
+    table = np.zeros((len(frames), len(col)), np.int64)
+    jobs: list[tuple[int, int, int, int, int]] = []
+    strip_bytes = 0
+    total_rows = sum(grid_h for _, _, _, grid_h, _ in frames) or 1
+    for k, (args, dest, grid_w, grid_h, rows) in enumerate(frames):
+        source, cs, _, in_h, xmin, xw, ymin, ycnt, yw, need_h, need_v, order = args
+        taps = (xmin, xw, ymin, ycnt, yw)
+        if any(t.dtype != d or not t.flags.c_contiguous for t, d in
+               zip(taps, _TAP_DTYPES, strict=True)):
+            return False
+        if dest.dtype != lut.dtype or not dest.flags.c_contiguous or dest.shape[1:] != (3, p, p):
+            return False
+        row = table[k]
+        if rows is None:
+            if not (isinstance(source, np.ndarray) and source.dtype == np.uint8
+                    and source.ndim == 2 and source.flags.c_contiguous):
+                return False
+            row[col["F_SRC"]], row[col["F_SRC_ROWS"]] = source.ctypes.data, source.shape[0]
+            row_bytes = source.shape[1]
+            bands = band_count(grid_h, grid_h / total_rows, workers)
+            edges = even_edges(grid_h, bands)
+            jobs += [(k, int(a), int(b), 0, 0)
+                     for a, b in zip(edges[:-1], edges[1:], strict=True)]
+        else:
+            row[col["F_ROWS"]] = rows.ctypes.data
+            row_bytes = source.size[0] * 4
+            spans = strip_spans(ymin, ycnt, need_v, in_h, p, 0, grid_h,
+                                max(1, STRIP_BYTES // row_bytes))
+            jobs += [(k, a, b, top, bottom) for a, b, top, bottom in spans]
+            strip_bytes = max(strip_bytes, max(b - t for _, _, t, b in spans) * row_bytes)
+        for name, value in (("F_ROW_BYTES", row_bytes), ("F_CS", cs), ("F_IN_H", in_h),
+                            ("F_NEED_H", need_h), ("F_NEED_V", need_v), ("F_ORDER", order),
+                            ("F_GRID_W", grid_w), ("F_OUT", dest.ctypes.data),
+                            ("F_PATCHES", dest.shape[0]), ("F_XMIN", xmin.ctypes.data),
+                            ("F_OUT_W", xw.shape[0]), ("F_XW", xw.ctypes.data),
+                            ("F_TAPS", xw.shape[1]), ("F_YMIN", ymin.ctypes.data),
+                            ("F_OUT_H", ymin.shape[0]), ("F_YCNT", ycnt.ctypes.data),
+                            ("F_YW", yw.ctypes.data), ("F_YW_COLS", yw.shape[1])):
+            row[col[name]] = int(value)
+    loop = _NUMBA.frames_jobs
+    assert loop is not None
+    job_table = np.array(jobs, np.int64).reshape(-1, 5)
+    run_jobs(loop, len(job_table), (job_table, table, strip_bytes, lut, p), workers)
+    return True
+
+
 def _submit_bands(group: TaskGroup, args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray,
                   grid_w: int, p: int, grid_h: int, bands: int, keepalive: Any,
                   urgent: bool = False) -> None:
@@ -432,6 +497,8 @@ def resize_patchify(
             del keepalive, args  # the source's memory was read until here
             return
         jobs = [(source, plan, dest)]  # rows only ``paste`` reads: a strip per band task
+    elif _many_frames_jobs(jobs, lut, rules):
+        return
     pool = get_band_pool()
     group = pool.group()
     total_rows = sum(plan.grid_h for _, plan, _ in jobs) or 1
@@ -448,6 +515,33 @@ def resize_patchify(
     group.wait()
 
 
+def _many_frames_jobs(jobs: list[tuple[Any, PatchGrid, np.ndarray]], lut: np.ndarray,
+                      rules: InputRules) -> bool:
+    """Several frames in one job loop (:func:`_frames_jobs`), each read here first (the
+    conversions a frame needs run on this thread); False (nothing written) where one of them
+    is read only by ``paste`` or the kernel's layout does not hold."""
+    frames = []
+    keep = []
+    for frame, plan, dest in jobs:
+        source, cs, keepalive = frame_source(frame, rules)
+        rows = None
+        if isinstance(source, Image.Image):
+            table = row_table(source)
+            if table is None:
+                return False
+            rows, core = table
+            keep.append(core)
+        keep.append(keepalive)
+        args = _band_args(source, cs, plan.new_width, plan.new_height, "bicubic")
+        frames.append((args, dest, plan.grid_w, plan.grid_h, rows))
+    p = jobs[0][1].patch_size
+    if any(plan.patch_size != p for _, plan, _ in jobs):
+        return False
+    done = _frames_jobs(frames, _readonly(lut), p, pool_size())
+    del keep, frames  # every frame's memory was read until here
+    return done
+
+
 _WARM = {"done": False, "lock": threading.Lock()}
 
 
@@ -458,7 +552,8 @@ def warm_up() -> float:
     request then does not pay the kernel's cache load (~0.5 s on 2 cores; a compile when
     numba's cache is cold). One tiny resize per specialization the processors use: float32
     and uint8 tables, each from a numpy array and from Pillow's RGBX memory, by the band
-    kernel and by its job loops (from one array, and from Pillow's rows). Once per process;
+    kernel and by its job loops (from one array, from Pillow's rows, and a call's frames
+    together). Once per process;
     a failure here is logged and left to the real call to report.
     """
     if _WARM["done"] or not kernel_enabled():
@@ -476,10 +571,13 @@ def warm_up() -> float:
                     out = np.empty((1, 3, 3, 3), dtype=table.dtype)
                     _run_band(args, _readonly(table), out, 1, 3, 0, 1, keepalive)
                     _band_jobs(args, _readonly(table), out, 1, 3, 1, 1)
+                    frames = [(args, out, 1, 1, None)]
                     rows = row_table(frame) if isinstance(frame, Image.Image) else None
                     if rows is not None:  # the span loop, as for an image in many blocks
                         image_args = _band_args(frame, 4, 3, 2, "bicubic")
                         _span_jobs(image_args, rows[0], _readonly(table), out, 1, 3, 1, 1)
+                        frames.append((image_args, out, 1, 1, rows[0]))
+                    _frames_jobs(frames, _readonly(table), 3, 1)  # several frames' loop
         except Exception:  # noqa: BLE001 - never fail a processor's construction here
             logger.warning("vlm-fastpath: resampler warm-up failed", exc_info=True)
         _WARM["done"] = True
