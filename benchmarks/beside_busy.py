@@ -9,7 +9,8 @@ thread of ours returns to Python it waits for the GIL up to the switch interval 
 kernel spread over a pool as one task per band paid that per band; the job loops
 (``vlm_fastpath.imaging.job_loop``) pay it about once per call. Rows: the 2048² image
 (Qwen2.5-VL's published pixel limits, float32 and uint8), a 4032x3024 photo as a PIL image
-in many Pillow blocks (both dtypes), and Qwen2.5-VL video clips in uint8
+in many Pillow blocks (both dtypes), and Qwen2.5-VL video clips in uint8; then Kimi K2.5
+requests of several frames (ours only: alone and busy)
 (what vLLM 0.32+ asks for), each output checked ``torch.equal`` against transformers' first.
 Timing: ``rounds`` calls of each contender in rotating order, alone, then the same beside
 ``schedules.busy_python_thread``; medians. On 2 cores the busy thread also takes a core, so
@@ -91,7 +92,41 @@ def main(argv: list[str] | None = None) -> int:
               f" | {ms['ours', 'alone']:.1f} | {ms['ours', 'busy']:.1f} | "
               f"{ms['transformers', 'alone'] / ms['ours', 'alone']:.2f}x | "
               f"{ms['transformers', 'busy'] / ms['ours', 'busy']:.2f}x | {exact} |", flush=True)
+    print("\nKimi K2.5 (`FusedKimiProcessor`, several frames in one call; no transformers "
+          "processor to compare)\n")
+    print("| workload | ours alone ms | ours busy ms |\n|---|---|---|")
+    for label, call in kimi_workloads():
+        call()
+        alone = timed_calls({"ours": call}, args.rounds, "interleaved")["ours"]
+        with busy_python_thread():
+            busy = timed_calls({"ours": call}, args.rounds, "interleaved")["ours"]
+        print(f"| {label} | {statistics.median(alone) * 1e3:.1f} | "
+              f"{statistics.median(busy) * 1e3:.1f} |", flush=True)
     return 1 if failed else 0
+
+
+def kimi_workloads() -> list[tuple[str, Callable[[], Any]]]:
+    """(label, call): requests of several frames, which run in one job loop."""
+    import numpy as np
+
+    from vlm_fastpath.bench.checkpoints import KIMI_K25_MEDIA_CFG
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor
+
+    kimi = FusedKimiProcessor(KIMI_K25_MEDIA_CFG)
+    images = [photo_like(3 + i, 1024, 768) for i in range(8)]
+    photos = [photo_like(3 + i, 4032, 3024) for i in range(3)]
+    frames = [np.asarray(photo_like(3 + i, 1280, 720)) for i in range(16)]
+
+    def request(medias: list[dict[str, Any]]) -> Callable[[], Any]:
+        return lambda: kimi.preprocess(medias)["pixel_values"]
+
+    return [
+        ("8 images 1024x768 PIL", request([{"type": "image", "image": i} for i in images])),
+        ("3 photos 4032x3024 PIL, many blocks",
+         request([{"type": "image", "image": i} for i in photos])),
+        ("video chunk 16x1280x720 arrays",
+         request([{"type": "video_chunk", "video_chunk": frames}])),
+    ]
 
 
 if __name__ == "__main__":
