@@ -418,8 +418,8 @@ def _frames_jobs(frames: list[tuple[tuple[Any, ...], np.ndarray, int, int, Any]]
     bands of ~BANDS_PER_WORKER per worker spread over the frames by their rows, strips of
     :func:`strip_spans` for images read through their row table. Beside a thread running
     Python a call then takes the GIL back once, not once or twice per band. The kernel
-    reads each frame's arrays by address from a table, so this frame holds them (and their
-    keepalives) until the loop returns. False (nothing done) where an array is not of the
+    reads each frame's arrays by address from a table, so the caller holds them (and their
+    keepalives) until this returns. False (nothing done) where an array is not of the
     kernel's layout."""
     col = _NUMBA.columns
     table = np.zeros((len(frames), len(col)), np.int64)
