@@ -6,7 +6,10 @@ array, so its rows are copied out, a strip at a time (the resampler's bands) or 
 Qwen-VL kernels). Pillow's ``paste`` copies them in C, but each strip is a Python call that
 takes the GIL back when it returns, which beside a thread running Python waits up to 5 ms.
 How: :func:`.pillow_pixels.row_table` gives the address of every row; here a kernel copies
-rows from those addresses, inside the job loops (``job_loop``) that also resample them.
+rows from those addresses, inside the job loops (``job_loop``) that also resample them. The
+typed pointers from int64 addresses (``bytes_at`` ...) also let a loop over a call's frames
+read each frame's arrays from a table of addresses (``numba.carray``), where one argument
+per array cannot serve a varying number of frames.
 """
 
 from __future__ import annotations
