@@ -618,29 +618,6 @@ def resize_patchify_band_jobs(  # noqa: ANN201, PLR0913
     return settle(counters, bands, wait)
 
 
-@njit(cache=True, nogil=True)
-def resize_patchify_span_jobs(  # noqa: ANN201, PLR0913
-    counters, spans, rows, strip_rows, row_bytes, cs, in_h, xmin, xw, ymin, ycnt, yw,  # noqa: ANN001
-    need_h, need_v, vertical_first, lut, out, grid_w, p, wait,  # noqa: ANN001
-):
-    """:func:`resize_patchify_band` for an image held in many Pillow blocks: each job
-    ``(a, b, top, bottom)`` of ``spans`` (:func:`.resample.strip_spans`) copies source rows
-    ``top .. bottom`` from their addresses ``rows`` (:func:`.pillow_pixels.row_table`) into
-    this thread's strip of ``strip_rows`` rows of ``row_bytes``, then makes patch rows
-    ``a .. b`` from it."""
-    jobs = spans.shape[0]
-    job = claim(counters, jobs)
-    strip = np.empty((strip_rows if job >= 0 else 0, row_bytes), np.uint8)
-    while job >= 0:
-        a, b, top, bottom = spans[job, 0], spans[job, 1], spans[job, 2], spans[job, 3]
-        gather_rows(rows, top, bottom, strip[: bottom - top])
-        resize_patchify_band(strip[: bottom - top], cs, top, in_h, xmin, xw, ymin, ycnt, yw,
-                             need_h, need_v, vertical_first, lut, out, grid_w, p, a, b)
-        finish(counters)
-        job = claim(counters, jobs)
-    return settle(counters, jobs, wait)
-
-
 # Columns of ``resize_patchify_frames_jobs``'s frame table: where each frame's arrays are
 # (addresses) and its scalars. A frame read through its row table has ``F_ROWS`` != 0.
 (F_SRC, F_SRC_ROWS, F_ROW_BYTES, F_CS, F_IN_H, F_NEED_H, F_NEED_V, F_ORDER, F_GRID_W, F_OUT,

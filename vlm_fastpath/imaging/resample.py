@@ -119,7 +119,6 @@ class _Numba:
         self.loaded = False
         self.kernel: Callable[..., None] | None = None
         self.jobs: Callable[..., bool] | None = None  # the kernel's bands in a job loop
-        self.span_jobs: Callable[..., bool] | None = None  # same, from Pillow's blocks
         self.frames_jobs: Callable[..., bool] | None = None  # a call's frames, one loop
         self.columns: dict[str, int] = {}  # its frame table's columns
         self.error: str | None = None
@@ -143,7 +142,6 @@ class _Numba:
             return
         self.kernel = _numba_resample.resize_patchify_band
         self.jobs = _numba_resample.resize_patchify_band_jobs
-        self.span_jobs = _numba_resample.resize_patchify_span_jobs
         self.frames_jobs = _numba_resample.resize_patchify_frames_jobs
         self.columns = {name: getattr(_numba_resample, name)
                         for name in dir(_numba_resample) if name.startswith("F_")}
@@ -374,23 +372,6 @@ def _band_jobs(args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray, grid_w:
     run_jobs(jobs, len(edges) - 1, (edges, *args, lut, dest, grid_w, p), workers)
 
 
-def _span_jobs(args: tuple[Any, ...], rows: np.ndarray, lut: np.ndarray, dest: np.ndarray,
-               grid_w: int, p: int, grid_h: int, workers: int) -> None:
-    """Patch rows ``0 .. grid_h`` of an image held in many Pillow blocks, in job loops: each
-    job copies the source rows of one :func:`strip_spans` run from Pillow's memory (``rows``,
-    :func:`.pillow_pixels.row_table`) into its thread's strip and resamples them, all inside
-    one GIL-free call per thread (``_run_strip_band`` does the same a Python task per band)."""
-    image, cs, _, in_h, xmin, xw, ymin, ycnt, yw, need_h, need_v, order = args
-    row_bytes = image.size[0] * 4
-    spans = np.array(strip_spans(ymin, ycnt, need_v, in_h, p, 0, grid_h,
-                                 max(1, STRIP_BYTES // row_bytes)), np.int64).reshape(-1, 4)
-    strip_rows = int((spans[:, 3] - spans[:, 2]).max())
-    jobs = _NUMBA.span_jobs
-    assert jobs is not None
-    run_jobs(jobs, len(spans), (spans, rows, strip_rows, row_bytes, cs, in_h, xmin, xw, ymin,
-                                ycnt, yw, need_h, need_v, order, lut, dest, grid_w, p), workers)
-
-
 def _one_frame_jobs(args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray, grid_w: int,
                     p: int, grid_h: int) -> bool:
     """One frame's patch rows in job loops, from one array or from Pillow's blocks through
@@ -403,9 +384,9 @@ def _one_frame_jobs(args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray, gr
     if table is None:
         return False
     rows, core = table
-    _span_jobs(args, rows, lut, dest, grid_w, p, grid_h, pool_size())
+    done = _frames_jobs([(args, dest, grid_w, grid_h, rows)], lut, p, pool_size())
     del core  # the rows were read until here
-    return True
+    return done
 
 
 _TAP_DTYPES = (np.int32, np.int64, np.int32, np.int32, np.int32)  # xmin xw ymin ycnt yw
@@ -554,8 +535,8 @@ def warm_up() -> float:
     request then does not pay the kernel's cache load (~0.5 s on 2 cores; a compile when
     numba's cache is cold). One tiny resize per specialization the processors use: float32
     and uint8 tables, each from a numpy array and from Pillow's RGBX memory, by the band
-    kernel and by its job loops (from one array, from Pillow's rows, and a call's frames
-    together). Once per process;
+    kernel and by its job loops (one array, and a call's frames, from arrays and from
+    Pillow's rows). Once per process;
     a failure here is logged and left to the real call to report.
     """
     if _WARM["done"] or not kernel_enabled():
@@ -575,11 +556,10 @@ def warm_up() -> float:
                     _band_jobs(args, _readonly(table), out, 1, 3, 1, 1)
                     frames = [(args, out, 1, 1, None)]
                     rows = row_table(frame) if isinstance(frame, Image.Image) else None
-                    if rows is not None:  # the span loop, as for an image in many blocks
-                        image_args = _band_args(frame, 4, 3, 2, "bicubic")
-                        _span_jobs(image_args, rows[0], _readonly(table), out, 1, 3, 1, 1)
-                        frames.append((image_args, out, 1, 1, rows[0]))
-                    _frames_jobs(frames, _readonly(table), 3, 1)  # several frames' loop
+                    if rows is not None:  # read as an image in many blocks is
+                        frames.append((_band_args(frame, 4, 3, 2, "bicubic"), out, 1, 1,
+                                       rows[0]))
+                    _frames_jobs(frames, _readonly(table), 3, 1)  # the frames' loop
         except Exception:  # noqa: BLE001 - never fail a processor's construction here
             logger.warning("vlm-fastpath: resampler warm-up failed", exc_info=True)
         _WARM["done"] = True
