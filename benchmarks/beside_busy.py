@@ -9,7 +9,8 @@ thread of ours returns to Python it waits for the GIL up to the switch interval 
 kernel spread over a pool as one task per band paid that per band; the job loops
 (``vlm_fastpath.imaging.job_loop``) pay it about once per call. Rows: the 2048² image
 (Qwen2.5-VL's published pixel limits, float32 and uint8), a 4032x3024 photo as a PIL image
-in many Pillow blocks (both dtypes), and Qwen2.5-VL video clips in uint8; then Kimi K2.5
+in many Pillow blocks (both dtypes), 8 images of 1024x768 in one call (both dtypes), and
+Qwen2.5-VL video clips in uint8; then Kimi K2.5
 requests of several frames (ours only: alone and busy)
 (what vLLM 0.32+ asks for), each output checked ``torch.equal`` against transformers' first.
 Timing: ``rounds`` calls of each contender in rotating order, alone, then the same beside
@@ -60,6 +61,13 @@ def workloads() -> list[tuple[str, dict[str, Callable[[], Any]], tuple[str, ...]
         out.append((f"photo 4032x3024 PIL, many blocks, {dtype}", {
             "transformers": lambda kw=kw: hf_image(images=[photo], return_tensors="pt", **kw),
             "ours": lambda kw=kw: ours_image(images=[photo], return_tensors="pt", **kw),
+        }, ("pixel_values", "image_grid_thw")))
+    # A request of several images: all of them in one job loop (resize_patchify_frames).
+    images = [photo_like(3 + i, 1024, 768) for i in range(8)]
+    for dtype, kw in (("float32", {}), ("uint8", UINT8)):
+        out.append((f"8 images 1024x768 PIL {dtype}", {
+            "transformers": lambda kw=kw: hf_image(images=images, return_tensors="pt", **kw),
+            "ours": lambda kw=kw: ours_image(images=images, return_tensors="pt", **kw),
         }, ("pixel_values", "image_grid_thw")))
     hf_video, ours_video = processors("qwen2.5-vl")
     for frames, width, height in CLIPS:

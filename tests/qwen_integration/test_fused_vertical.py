@@ -352,6 +352,99 @@ def test_fused_resize_photographs_equal_torch():
                                 "float32", 2, False)
 
 
+def _frames_equal_torch(sources: list[np.ndarray], grids: list[tuple[int, int]],
+                        geometry: tuple[int, ...], dtype: str, workers: int,
+                        rgbx: bool) -> None:
+    """``resize_patchify_frames`` over ``sources`` (their bands in one job loop) against
+    torch's whole resize then the plain patch kernel, image by image, each into its own
+    slice of one output as the processor lays them out."""
+    from vlm_fastpath.imaging.resize_pool import get_pool
+
+    p, m, t = geometry
+    lut = _lut(dtype)
+    patches = [grid_h * grid_w for grid_h, grid_w in grids]
+    expected = np.empty((sum(patches), 3 * t * p * p), dtype=lut.dtype)
+    got = np.full_like(expected, 7)
+    frames = []
+    offset = 0
+    for src, (grid_h, grid_w), count in zip(sources, grids, patches, strict=True):
+        patchify_kernel.patchify_frame(RESIZE(src, grid_h * p, grid_w * p), lut,
+                                       expected[offset:offset + count], grid_h, grid_w, p, m, t)
+        frames.append((_rgbx(src) if rgbx else src, axis_taps(src.shape[0], grid_h * p),
+                       got[offset:offset + count], grid_h, grid_w))
+        offset += count
+    assert patchify_kernel.resize_patchify_frames(
+        frames, lut, p, m, t, pool=get_pool() if workers > 1 else None, workers=workers)
+    assert torch.equal(torch.from_numpy(got), torch.from_numpy(expected))
+
+
+def test_fused_frames_equal_torch_over_sizes():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    size = st.tuples(st.integers(1, 400), st.integers(1, 400), st.integers(1, 8),
+                     st.integers(1, 8))
+
+    @hypothesis.settings(max_examples=60, deadline=None, derandomize=True)
+    @hypothesis.given(
+        sizes=st.lists(size, min_size=1, max_size=5),
+        geometry=st.sampled_from([(14, 2, 2), (16, 2, 2), (14, 2, 1), (8, 1, 3)]),
+        dtype=st.sampled_from(["float32", "uint8"]), workers=st.integers(1, 4),
+        rgbx=st.booleans(), seed=st.integers(0, 2**16),
+    )
+    def check(sizes, geometry, dtype, workers, rgbx, seed):
+        p, m, _ = geometry
+        sources = [rand_array(seed + k, in_w, in_h)
+                   for k, (in_h, in_w, _, _) in enumerate(sizes)]
+        grids = [(bh * m, bw * m) for _, _, bh, bw in sizes]
+        _frames_equal_torch(sources, grids, geometry, dtype, workers, rgbx)
+
+    check()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_fused_frames_named_sizes_and_photographs_equal_torch(dtype):
+    data = pytest.importorskip("skimage.data")
+    sources = [rand_array(1, 2048, 2048), rand_array(2, 1024, 768), rand_array(3, 3001, 97),
+               np.ascontiguousarray(data.astronaut()), np.ascontiguousarray(data.coffee())]
+    grids = [(146, 146), (56, 74), (2, 214), (36, 36), (28, 42)]
+    for workers, rgbx in ((1, False), (2, True), (3, False)):
+        _frames_equal_torch(sources, grids, (14, 2, 2), dtype, workers, rgbx)
+
+
+def test_fused_frames_mismatched_arguments_are_value_errors():
+    src = rand_array(0, 60, 60)
+    lut = _lut("uint8")
+    out = np.empty((4, 1176), dtype=np.uint8)
+    good = (src, axis_taps(60, 28), out, 2, 2)
+    for bad, match in (((src, axis_taps(60, 56), out, 2, 2), "taps for"),
+                       ((src, axis_taps(90, 28), out, 2, 2), "past the frame"),
+                       ((src, axis_taps(60, 28), out[:3], 2, 2), "out must be"),
+                       ((src, axis_taps(60, 28), out.astype(np.float32), 2, 2), "table of")):
+        with pytest.raises(ValueError, match=match):
+            patchify_kernel.resize_patchify_frames([good, bad], lut, 14, 2, 2)
+
+
+def test_a_call_with_several_images_runs_in_one_loop(monkeypatch):
+    """Images resized on both sides go through ``resize_patchify_frames``, one loop for the
+    call; an image of another path sends the whole call the old way."""
+    from vlm_fastpath.qwen_integration import processor as processor_module
+
+    calls = []
+    real = processor_module.resize_patchify_frames
+
+    def spy(frames, *args, **kwargs):  # noqa: ANN001, ANN202
+        calls.append(len(frames))
+        return real(frames, *args, **kwargs)
+
+    monkeypatch.setattr(processor_module, "resize_patchify_frames", spy)
+    processor = FastQwen2VLImageProcessor(mode="torchvision")
+    images = [rand_array(1, 300, 200), rand_array(2, 333, 517), rand_array(3, 100, 90)]
+    processor(images, return_tensors="pt")
+    assert calls == [3]
+    processor([*images, rand_array(4, 56, 56)], return_tensors="pt")  # 56² is not resized
+    assert calls == [3]
+
+
 def test_fused_resize_mismatched_arguments_are_value_errors():
     src = rand_array(0, 60, 60)
     lut = _lut("uint8")

@@ -205,6 +205,24 @@ def test_pil_images_in_one_or_many_blocks(pairs, mode):
         run_both(hf, fast, images)
 
 
+def test_batches_whose_images_all_change_size(pairs, mode):
+    """Every image resized on both sides: in torchvision mode one job loop for the whole
+    call (``resize_patchify_frames``); arrays, PIL images in one block or in many, odd
+    sizes, upscaled and shrunk, both dtypes."""
+    hf, fast = pairs[(mode, "qwen2.5-vl")]
+    arrays = [rand_array(11, 300, 200), rand_array(12, 33, 900), rand_array(13, 1023, 767),
+              np.asarray(smooth_image(14, 641, 479))]
+    run_both(hf, fast, arrays)
+    run_both(hf, fast, arrays, **UINT8)
+    run_both(hf, fast, arrays * 3)
+    for one_block in (True, False):
+        with pillow_blocks(one_block):
+            images = [rand_image(15, 300, 200), smooth_image(16, 560, 85),
+                      rand_image(17, 57, 29)]
+        run_both(hf, fast, images)
+        run_both(hf, fast, images, **UINT8)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("size", [(1024, 1024), (2048, 2048), (4032, 3024), (1280, 960)])
 def test_benchmark_sizes(pairs, mode, size):

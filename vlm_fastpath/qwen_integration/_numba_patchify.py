@@ -7,7 +7,7 @@ wrong moment has crashed vLLM CPU workers at start-up).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit, prange
 
 from vlm_fastpath.imaging._numba_bytes import (
     VECTOR,
@@ -32,6 +32,7 @@ from vlm_fastpath.imaging._numba_int16_taps import (
 from vlm_fastpath.imaging._numba_int32 import shift_to_byte
 from vlm_fastpath.imaging._numba_jobs import claim, finish, settle
 from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS
+from vlm_fastpath.imaging._numba_rows import bytes_at, int32_at, int64_at, items_at
 from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
 
 _ONE = np.uint64(1)
@@ -349,3 +350,41 @@ def resize_patchify_band_jobs(counters, edges, src, cs, xmin, xw, xpairs, xgathe
         finish(counters)
         job = claim(counters, bands)
     return settle(counters, bands, wait)
+
+
+# Columns of ``resize_patchify_frames_jobs``'s frame table: where each image's arrays are
+# (addresses) and their shapes, and its scalars.
+(F_SRC, F_SRC_ROWS, F_ROW_BYTES, F_CS, F_XMIN, F_OUT_W, F_XW, F_XW_COLS, F_XPAIRS,
+ F_XPAIR_COLS, F_XGATHER, F_XGATHER_BLOCKS, F_XGATHER_ROWS, F_XGATHER_COLS, F_XPRECISION,
+ F_STARTS, F_OUT_H, F_SIZES, F_WEIGHTS, F_WEIGHT_COLS, F_YPAIRS, F_YPAIR_COLS, F_PRECISION,
+ F_OUT, F_PATCHES, F_GRID_W) = range(26)
+FRAME_COLUMNS = 26
+
+
+@njit(cache=True, nogil=True)
+def resize_patchify_frames_jobs(counters, jobs, frames, lut, row_length, p, m, t, wait):  # noqa: ANN001, ANN201, PLR0913
+    """:func:`resize_patchify_band` over the images of one call: each job ``(k, g0, g1)`` of
+    ``jobs`` makes patch rows ``g0 .. g1`` of image ``k``, whose arrays the row ``frames[k]``
+    gives by address (the caller holds them until every job is done). Nothing here holds a
+    Python reference, so a late helper keeps none of the call's arrays."""
+    n = jobs.shape[0]
+    job = claim(counters, n)
+    while job >= 0:
+        f = frames[jobs[job, 0]]
+        src = carray(bytes_at(f[F_SRC]), (f[F_SRC_ROWS], f[F_ROW_BYTES]))
+        xmin = carray(int32_at(f[F_XMIN]), (f[F_OUT_W],))
+        xw = carray(int64_at(f[F_XW]), (f[F_OUT_W], f[F_XW_COLS]))
+        xpairs = carray(int32_at(f[F_XPAIRS]), (f[F_OUT_W], f[F_XPAIR_COLS]))
+        xgather = carray(bytes_at(f[F_XGATHER]),
+                         (f[F_XGATHER_BLOCKS], f[F_XGATHER_ROWS], f[F_XGATHER_COLS]))
+        starts = carray(int64_at(f[F_STARTS]), (f[F_OUT_H],))
+        sizes = carray(int64_at(f[F_SIZES]), (f[F_OUT_H],))
+        weights = carray(int32_at(f[F_WEIGHTS]), (f[F_OUT_H], f[F_WEIGHT_COLS]))
+        ypairs = carray(int32_at(f[F_YPAIRS]), (f[F_OUT_H], f[F_YPAIR_COLS]))
+        out = carray(items_at(f[F_OUT], lut), (f[F_PATCHES], row_length))
+        resize_patchify_band(src, f[F_CS], xmin, xw, xpairs, xgather, f[F_XPRECISION], starts,
+                             sizes, weights, ypairs, f[F_PRECISION], lut, out, f[F_GRID_W], p,
+                             m, t, jobs[job, 1], jobs[job, 2])
+        finish(counters)
+        job = claim(counters, n)
+    return settle(counters, n, wait)

@@ -8,7 +8,8 @@ Each (parallel) iteration writes one whole row, so writes are contiguous.
 torch's uint8 antialiased bicubic resize runs here too, in numba with torch's integer
 arithmetic and taps (``torch_taps``), so the resized frame is never written:
 ``resize_patchify_frame`` runs both passes and the patch writes in bands of patch rows (the
-common case: both sides change); ``vertical_patchify_frame`` the vertical pass and the writes;
+common case: both sides change; ``resize_patchify_frames`` for every image of a call in one
+job loop); ``vertical_patchify_frame`` the vertical pass and the writes;
 ``horizontal_pass`` the horizontal pass alone. Measured at 2048² in one benchmark run, with
 torch's own horizontal pass before our vertical one: float32 72 -> 57 ms, uint8 61 -> 47 ms per
 image on 2 cores; torch's horizontal pass itself, 2048² -> 2044² on 2 cores in one run: 23.1 ms,
@@ -31,13 +32,14 @@ forked child of a process that launched a fork-unsafe layer (GNU OpenMP) runs th
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
 
-from ..imaging.job_loop import run_jobs
+from ..imaging.job_loop import even_edges, run_jobs
 from ..imaging.numba_launch import kernels, launch
 from ..imaging.output_pool import empty_output
 from ..imaging.torch_taps import AxisTaps, horizontal_taps
@@ -297,3 +299,72 @@ def resize_patchify_frame(
     bands = min(grid_h, BANDS_PER_WORKER * workers)
     edges = np.array([round(k * grid_h / bands) for k in range(bands + 1)], np.int64)
     run_jobs(loop, bands, (edges, *args), workers, pool)
+
+
+def resize_patchify_frames(
+    frames: Sequence[tuple[np.ndarray, AxisTaps, np.ndarray, int, int]],
+    lut: np.ndarray,
+    patch_size: int,
+    merge_size: int,
+    temporal_patch_size: int,
+    *,
+    pool: Executor | None = None,
+    workers: int = 1,
+) -> bool:
+    """:func:`resize_patchify_frame` for every image of one call at once: ``(pixels, taps,
+    out, grid_h, grid_w)`` each, all their bands (``BANDS_PER_WORKER`` per worker, shared out
+    by rows) jobs of one GIL-free job loop. Why: a loop per image, or a pool task per image,
+    takes the GIL back once per image, and beside a thread that runs Python (an API
+    server's event loop) each takeback waits up to the switch interval (5 ms). False, with
+    nothing written, where numba's loop is missing."""
+    loop = _KERNELS.kernel("resize_patchify_frames_jobs")
+    if loop is None:
+        return False
+    p, m, t = patch_size, merge_size, temporal_patch_size
+    module = _KERNELS.compiled
+    col = {name: getattr(module, name) for name in dir(module) if name.startswith("F_")}
+    table = np.zeros((len(frames), module.FRAME_COLUMNS), np.int64)
+    held: list[Any] = []  # every array the table points into, held until the loop is done
+    jobs: list[tuple[int, int, int]] = []
+    total_rows = sum(grid_h for *_, grid_h, _ in frames) or 1
+    row_length = 3 * t * p * p
+    for k, (pixels, taps, out, grid_h, grid_w) in enumerate(frames):
+        src, cs = _pixel_rows(pixels)
+        height, in_w = pixels.shape[:2]
+        if len(taps.starts) != grid_h * p:
+            raise ValueError(f"taps for {len(taps.starts)} rows, grid needs {grid_h * p}")
+        if int(taps.starts[-1] + taps.sizes[-1]) > height:
+            raise ValueError(f"taps read past the frame's {height} rows")
+        _check_grid_and_out(out, grid_h, grid_w, p, m, t)
+        if out.dtype != lut.dtype:
+            raise ValueError(f"out of {out.dtype} for a table of {lut.dtype}")
+        xmin, xw, xpairs, xgather, xprecision = horizontal_taps(in_w, grid_w * p, cs)
+        arrays = [np.ascontiguousarray(a) for a in (
+            xmin, xw, xpairs, xgather, taps.starts, taps.sizes, taps.weights, taps.pairs)]
+        xmin, xw, xpairs, xgather, starts, sizes, weights, ypairs = arrays
+        held += [src, out, *arrays]
+        row = table[k]
+        for name, value in (
+            ("F_SRC", src.ctypes.data), ("F_SRC_ROWS", src.shape[0]),
+            ("F_ROW_BYTES", src.shape[1]), ("F_CS", cs),
+            ("F_XMIN", xmin.ctypes.data), ("F_OUT_W", xmin.shape[0]),
+            ("F_XW", xw.ctypes.data), ("F_XW_COLS", xw.shape[1]),
+            ("F_XPAIRS", xpairs.ctypes.data), ("F_XPAIR_COLS", xpairs.shape[1]),
+            ("F_XGATHER", xgather.ctypes.data), ("F_XGATHER_BLOCKS", xgather.shape[0]),
+            ("F_XGATHER_ROWS", xgather.shape[1]), ("F_XGATHER_COLS", xgather.shape[2]),
+            ("F_XPRECISION", xprecision), ("F_STARTS", starts.ctypes.data),
+            ("F_OUT_H", starts.shape[0]), ("F_SIZES", sizes.ctypes.data),
+            ("F_WEIGHTS", weights.ctypes.data), ("F_WEIGHT_COLS", weights.shape[1]),
+            ("F_YPAIRS", ypairs.ctypes.data), ("F_YPAIR_COLS", ypairs.shape[1]),
+            ("F_PRECISION", taps.precision), ("F_OUT", out.ctypes.data),
+            ("F_PATCHES", out.shape[0]), ("F_GRID_W", grid_w),
+        ):
+            row[col[name]] = int(value)
+        bands = max(1, min(grid_h, math.ceil(BANDS_PER_WORKER * workers * grid_h / total_rows)))
+        edges = even_edges(grid_h, bands)
+        jobs += [(k, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    job_table = np.array(jobs, np.int64).reshape(-1, 3)
+    run_jobs(loop, len(job_table), (job_table, table, lut, row_length, p, m, t),
+             workers if pool is not None else 1, pool)
+    del held  # every image and table was read until here
+    return True

@@ -6,7 +6,9 @@ bicubic for the torchvision processor: both passes in numba with torch's int16 t
 against torch; Pillow's bicubic for the PIL one), and one patch kernel maps bytes
 through a table built from that processor's float operations, tiles each frame
 ``temporal_patch_size`` times and writes the patches in merge order into one preallocated
-output. Resizes of a batch run on a thread pool and overlap the kernel.
+output. A batch whose images all change size on both sides (torch's resize) runs as one
+GIL-free job loop over every image's bands (``patchify_kernel.resize_patchify_frames``);
+other batches resize on a thread pool, overlapping the kernel.
 
 Images only: videos go through transformers' separate video processor in both engines.
 """
@@ -38,6 +40,7 @@ from .patchify_kernel import (
     horizontal_pass,
     patchify_frame,
     resize_patchify_frame,
+    resize_patchify_frames,
     vertical_kernels_available,
     vertical_patchify_frame,
 )
@@ -322,6 +325,8 @@ class FastQwen2VLImageProcessor:
                       dest, lut, config)
             return
         pool = get_pool()
+        if self._fill_in_one_loop(jobs, lut, config, pool, workers):
+            return
         if len(jobs) >= workers:
             # Enough images to fill every core: each worker resizes and patchifies its own
             # images with the serial GIL-free kernel into disjoint slices of ``out``.
@@ -338,6 +343,36 @@ class FastQwen2VLImageProcessor:
         finally:
             for future in pending:
                 future.cancel()
+
+    def _fill_in_one_loop(
+        self,
+        jobs: list[tuple[Image.Image | np.ndarray, _Plan, np.ndarray]],
+        lut: np.ndarray,
+        config: QwenImageConfig,
+        pool: Executor,
+        workers: int,
+    ) -> bool:
+        """Several images whose width and height both change (torch's resize; the common
+        case): all their bands in one GIL-free job loop (``resize_patchify_frames``), so
+        the call takes the GIL back once, not once per image. False, with nothing written,
+        where any image takes another path."""
+        if not (self.fuse_vertical_pass and vertical_kernels_available()):
+            return False
+        for image, plan, _ in jobs:
+            height, width = image_size(image)
+            if height == plan.height or width == plan.width:
+                return False
+        frames = []
+        keep = []
+        for image, plan, dest in jobs:
+            pixels, keepalive = _pixels(image, pool)
+            keep.append(keepalive)
+            frames.append((pixels, axis_taps(pixels.shape[0], plan.height), dest, plan.grid_h,
+                           plan.grid_w))
+        done = resize_patchify_frames(frames, lut, config.patch_size, config.merge_size,
+                                      config.temporal_patch_size, pool=pool, workers=workers)
+        del keep, frames  # Pillow's memory was read until here
+        return done
 
     def _resize_and_patchify(
         self,
