@@ -26,6 +26,11 @@ def _address(array: np.ndarray) -> int:
     return array.__array_interface__["data"][0]
 
 
+def _lends_at(slab: np.ndarray) -> int:
+    """Where the pool's outputs over ``slab`` start: its first 64-byte line."""
+    return _address(slab) + (-_address(slab) % output_pool.ALIGN)
+
+
 @pytest.fixture(autouse=True)
 def _pool_on(monkeypatch):
     monkeypatch.setenv("VLM_FASTPATH_BUFFER_POOL_MB", "256")
@@ -41,14 +46,28 @@ def test_memory_comes_back_only_when_every_holder_is_gone():
     while holders:
         gc.collect()
         pool.idle_bytes()  # collects the returned slabs
-        idle = {_address(slab) for slab in pool._idle}
+        idle = {_lends_at(slab) for slab in pool._idle}
         assert address not in idle, f"returned while a {type(holders[-1])} still held it"
         holders.pop()
     gc.collect()
     pool.idle_bytes()
-    assert address in {_address(slab) for slab in pool._idle}  # back, once nothing held it
+    assert address in {_lends_at(slab) for slab in pool._idle}  # back, once nothing held it
     again = pool.empty((3 * MB,), np.float32)
     assert _address(again) == address and pool.reused == 1
+
+
+def test_pooled_outputs_start_on_a_line_and_have_the_size_asked_for():
+    """New and reused, whatever the request's size (an exact number of huge pages too): the
+    kernels stream whole 64-byte lines into them."""
+    pool = OutputPool()
+    for count in (MIN_BYTES, output_pool.GRANULE * 3, 5 * MB + 3, 7 * MB - 1, 5 * MB):
+        for _ in range(2):  # the second is the first's slab again
+            array = pool.empty((count,), np.uint8)
+            assert _address(array) % output_pool.ALIGN == 0 and array.nbytes == count
+            array[:] = 1  # the whole output lies within its slab
+            del array
+            gc.collect()
+    assert pool.reused >= 4
 
 
 def test_off_small_and_too_large_are_plain_arrays(monkeypatch):
@@ -154,7 +173,7 @@ def test_forked_child_starts_with_an_empty_pool():
         array = output_pool.empty_output((6 * MB,), np.uint8)
         array.fill(7)
         del array
-        ok = ok and output_pool.POOL.idle_bytes() == 6 * MB
+        ok = ok and output_pool.POOL.idle_bytes() == 6 * MB + output_pool.ALIGN
         os.write(write, b"1" if ok else b"0")
         os._exit(0)
     os.close(write)

@@ -13,11 +13,14 @@ LLVM (``vmovntps``/``vmovntdq`` on x86, ``stnp`` on Arm), the unaligned head and
 ordinary stores. Streaming stores are weakly ordered, so every kernel that streams ends with
 :func:`store_fence` before it returns (and so before any other thread is told it is done).
 Below :data:`STREAM_MIN_BYTES` an output stays in the caches the ordinary way: there the next
-reader may still find it there.
+reader may still find it there. Patches of 16 pixels in uint8 (Qwen3-VL, device-normalize)
+skip the stage: :func:`stream_patch16` streams each output line from four patch lines, where
+the output starts on a line (the output pool's arrays do: ``output_pool.ALIGN``).
 """
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
@@ -57,6 +60,37 @@ _stream_line = _line_copy(nontemporal=True)
 # video group's 3.4 MB of uint8 patches took 2.57 ms to copy out of the stage; by vectors
 # 0.14 ms, streamed 0.12 ms (same run).
 _plain_line = _line_copy(nontemporal=False)
+
+
+@intrinsic
+def stream_four_lines(typingctx, dst, src, stride):  # noqa: ANN001, ANN202, ARG001
+    """64 bytes to address ``dst`` (64-byte aligned) by one non-temporal store: the 16 bytes
+    at ``src``, at ``src + stride``, ``src + 2 * stride`` and ``src + 3 * stride``, in that
+    order (any alignment). Why: four 16-pixel lines of a 16-pixel patch are one line of its
+    output row, so the lines go straight from their rows to the output, with no stage."""
+    sig = types.void(types.uint64, types.uint64, types.uint64)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+        to, frm, step = args
+        i32 = ir.IntType(32)
+        quarter = ir.VectorType(ir.IntType(8), LINE // 4)
+        parts = []
+        for k in range(4):
+            at = builder.add(frm, builder.mul(step, ir.Constant(ir.IntType(64), k)))
+            parts.append(builder.load(builder.inttoptr(at, quarter.as_pointer()), align=1))
+
+        def joined(a, b, n):  # noqa: ANN001, ANN202
+            return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(i32, n),
+                                                            [i32(k) for k in range(n)]))
+
+        half = LINE // 2
+        line = joined(joined(parts[0], parts[1], half), joined(parts[2], parts[3], half), LINE)
+        store = builder.store(line, builder.inttoptr(
+            to, ir.VectorType(ir.IntType(8), LINE).as_pointer()), align=LINE)
+        store.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @intrinsic
@@ -100,3 +134,23 @@ def stream_copy(dst, d, src, s, n, stream):  # noqa: ANN001, ANN201
             _plain_line(to + k * LINE, frm + k * LINE)
     for k in range(head + lines * LINE // item, n):
         dst[d + k] = src[s + k]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def stream_patch16(d, first, frame_bytes, frames, plane_bytes, row_bytes, t):  # noqa: ANN001, ANN201, PLR0913
+    """One output row of a 16-pixel patch, ``[channel, slot, py, px]`` uint8 (``3 * t * 256``
+    bytes, a whole number of lines, from the 64-byte aligned address ``d``), straight from
+    channel planes by streaming stores: slot ``k`` of channel ``c`` is the 16x16 block at
+    ``first + min(k, frames - 1) * frame_bytes + c * plane_bytes``, its rows ``row_bytes``
+    apart. Measured against building the row in a stage and streaming the stage: a Qwen3-VL
+    video group's patch writes (2 frames, 1152x640) 0.70 -> 0.18 ms on one thread."""
+    line = np.uint64(LINE)
+    four_rows = np.uint64(row_bytes) * np.uint64(4)
+    for c in range(3):
+        for k in range(t):
+            s = np.uint64(first + min(k, frames - 1) * frame_bytes + c * plane_bytes)
+            for _ in range(4):
+                stream_four_lines(d, s, np.uint64(row_bytes))
+                d += line
+                s += four_rows
+    return d

@@ -37,7 +37,8 @@ import numpy as np
 
 from .. import settings
 
-GRANULE = 2 << 20  # slab sizes are multiples of one huge page
+GRANULE = 2 << 20  # slab sizes are multiples of one huge page (plus ``ALIGN``)
+ALIGN = 64  # outputs start on a cache line: the kernels stream whole lines into them
 MIN_BYTES = 4 << 20  # smaller outputs are cheap to fault in: not pooled
 MAX_IDLE = 4
 
@@ -59,7 +60,8 @@ class OutputPool:
         self.created = 0
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
-        """An uninitialized C-contiguous array, like ``np.empty(shape, dtype)``."""
+        """An uninitialized C-contiguous array, like ``np.empty(shape, dtype)``; a pooled one
+        starts on a 64-byte line (``ALIGN``)."""
         dtype = np.dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
         limit = settings.buffer_pool_bytes()
@@ -73,8 +75,9 @@ class OutputPool:
             else:
                 self.reused += 1
         if slab is None:
-            slab = np.empty(-(-nbytes // GRANULE) * GRANULE, np.uint8)
-        lease = _lease_type(slab.nbytes).from_buffer(slab)
+            slab = np.empty(-(-nbytes // GRANULE) * GRANULE + ALIGN, np.uint8)
+        skip = -slab.ctypes.data % ALIGN
+        lease = _lease_type(slab.nbytes - skip).from_buffer(slab, skip)
         returned = weakref.finalize(lease, self._give_back, slab)
         returned.atexit = False
         return np.frombuffer(lease, np.uint8, count=nbytes).view(dtype).reshape(shape)
@@ -98,7 +101,8 @@ class OutputPool:
             total -= self._idle.pop(0).nbytes
 
     def _take(self, nbytes: int) -> np.ndarray | None:
-        fits = [i for i, slab in enumerate(self._idle) if nbytes <= slab.nbytes <= 2 * nbytes]
+        fits = [i for i, slab in enumerate(self._idle)
+                if nbytes + ALIGN <= slab.nbytes <= 2 * nbytes + ALIGN]
         if not fits:
             return None
         best = min(fits, key=lambda i: self._idle[i].nbytes)

@@ -33,7 +33,13 @@ from vlm_fastpath.imaging._numba_int32 import shift_to_byte
 from vlm_fastpath.imaging._numba_jobs import claim, finish, settle
 from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS
 from vlm_fastpath.imaging._numba_rows import bytes_at, int32_at, int64_at, items_at
-from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
+from vlm_fastpath.imaging._numba_stream import (
+    LINE,
+    STREAM_MIN_BYTES,
+    store_fence,
+    stream_copy,
+    stream_patch16,
+)
 
 _ONE = np.uint64(1)
 _THREE = np.uint64(3)
@@ -184,6 +190,15 @@ def _patch_row(src, planar, cs, lut, copy, stage, flat, gy, y0, grid_w, p, m, t)
     fence."""
     per_patch = 3 * t * p * p
     stream = flat.nbytes >= STREAM_MIN_BYTES
+    if copy and planar and stream and p == 16 and flat.ctypes.data % LINE == 0:
+        # 16-pixel patches into an output on whole lines: each row streamed from the planes
+        base = np.uint64(flat.ctypes.data)
+        for gx in range(grid_w):
+            stream_patch16(base + np.uint64(_row_of(gy, gx, grid_w, m) * per_patch),
+                           src.ctypes.data + y0 * src.strides[1] + gx * 16, 0, 1,
+                           src.strides[0], src.strides[1], t)
+        store_fence()
+        return
     copy = copy and stage.itemsize == 1 and stage.shape[0] >= m * per_patch + VECTOR
     for gx0 in range(0, grid_w, m):
         for k in range(m):

@@ -30,7 +30,13 @@ from vlm_fastpath.imaging._numba_bytes import VECTOR, copy16
 from vlm_fastpath.imaging._numba_int16_taps import column_scratch, resample_planes, vertical_row
 from vlm_fastpath.imaging._numba_jobs import claim, finish, settle
 from vlm_fastpath.imaging._numba_resample import BLOCK_ROWS
-from vlm_fastpath.imaging._numba_stream import STREAM_MIN_BYTES, store_fence, stream_copy
+from vlm_fastpath.imaging._numba_stream import (
+    LINE,
+    STREAM_MIN_BYTES,
+    store_fence,
+    stream_copy,
+    stream_patch16,
+)
 
 _ONE = np.uint64(1)
 _EIGHT = np.uint64(8)
@@ -155,6 +161,14 @@ def _write_group_patch_row(buf, nf, lut, flat, stage, gy, grid_w, p, m, t, strea
     is whole ``[channel, slot, py, px]``; the ``m`` patches of one merge-block row are
     adjacent output rows, made in ``stage`` and streamed out together (``_numba_stream``)."""
     per_patch = 3 * t * p * p
+    if copies and stream and p == 16 and flat.ctypes.data % LINE == 0:
+        # 16-pixel patches into an output on whole lines: each row streamed from ``buf``
+        base = np.uint64(flat.ctypes.data)
+        for gx in range(grid_w):
+            stream_patch16(base + np.uint64(_row_of(gy, gx, grid_w, m) * per_patch),
+                           buf.ctypes.data + gx * 16, buf.strides[0], nf, buf.strides[1],
+                           buf.strides[2], t)
+        return
     bytewise = stage.itemsize == 1 and (m * per_patch) % 8 == 0
     words = stage.view(np.uint64)
     for gx0 in range(0, grid_w, m):
