@@ -256,6 +256,21 @@ def _run_bands(kernel: Any, head: tuple[Any, ...], tail: tuple[Any, ...], total:
         future.result()
 
 
+def _fused_source(pixels: np.ndarray, taps: AxisTaps, out: np.ndarray, grid_h: int,
+                  grid_w: int, p: int, m: int, t: int) -> tuple[np.ndarray, int, int]:
+    """``(rows, cs, width)`` of ``pixels`` for the fused kernel, after the checks its callers
+    share: vertical taps for the grid's rows within the frame, a grid of whole merge blocks,
+    ``out`` of one row per patch."""
+    src, cs = _pixel_rows(pixels)
+    height, in_w = pixels.shape[:2]
+    if len(taps.starts) != grid_h * p:
+        raise ValueError(f"taps for {len(taps.starts)} rows, grid needs {grid_h * p}")
+    if int(taps.starts[-1] + taps.sizes[-1]) > height:
+        raise ValueError(f"taps read past the frame's {height} rows")
+    _check_grid_and_out(out, grid_h, grid_w, p, m, t)
+    return src, cs, in_w
+
+
 def resize_patchify_frame(
     pixels: np.ndarray,
     taps: AxisTaps,
@@ -283,13 +298,7 @@ def resize_patchify_frame(
     kernel = _KERNELS.kernel("resize_patchify_band")
     if kernel is None:
         raise RuntimeError("the fused resize needs numba")
-    src, cs = _pixel_rows(pixels)
-    height, in_w = pixels.shape[:2]
-    if len(taps.starts) != grid_h * p:
-        raise ValueError(f"taps for {len(taps.starts)} rows, grid needs {grid_h * p}")
-    if int(taps.starts[-1] + taps.sizes[-1]) > height:
-        raise ValueError(f"taps read past the frame's {height} rows")
-    _check_grid_and_out(out, grid_h, grid_w, p, m, t)
+    src, cs, in_w = _fused_source(pixels, taps, out, grid_h, grid_w, p, m, t)
     args = (src, cs, *horizontal_taps(in_w, grid_w * p, cs), taps.starts, taps.sizes,
             taps.weights, taps.pairs, taps.precision, lut, out, grid_w, p, m, t)
     loop = _KERNELS.kernel("resize_patchify_band_jobs")
@@ -329,13 +338,7 @@ def resize_patchify_frames(
     total_rows = sum(grid_h for *_, grid_h, _ in frames) or 1
     row_length = 3 * t * p * p
     for k, (pixels, taps, out, grid_h, grid_w) in enumerate(frames):
-        src, cs = _pixel_rows(pixels)
-        height, in_w = pixels.shape[:2]
-        if len(taps.starts) != grid_h * p:
-            raise ValueError(f"taps for {len(taps.starts)} rows, grid needs {grid_h * p}")
-        if int(taps.starts[-1] + taps.sizes[-1]) > height:
-            raise ValueError(f"taps read past the frame's {height} rows")
-        _check_grid_and_out(out, grid_h, grid_w, p, m, t)
+        src, cs, in_w = _fused_source(pixels, taps, out, grid_h, grid_w, p, m, t)
         if out.dtype != lut.dtype:
             raise ValueError(f"out of {out.dtype} for a table of {lut.dtype}")
         xmin, xw, xpairs, xgather, xprecision = horizontal_taps(in_w, grid_w * p, cs)
