@@ -10,7 +10,7 @@ output. A batch whose images all change size on both sides (torch's resize) runs
 GIL-free job loop over every image's bands (``patchify_kernel.resize_patchify_frames``);
 other batches resize on a thread pool, overlapping the kernel.
 
-Images only: videos go through transformers' separate video processor in both engines.
+Images only: videos have their own twin (``video_processor``), as in transformers.
 """
 
 from __future__ import annotations
