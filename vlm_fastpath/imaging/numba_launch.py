@@ -43,6 +43,7 @@ class LazyKernels:
         self.launch_pid: int | None = None
         self.launch_layer: str | None = None
         self.numba_error: str | None = None
+        self._columns: dict[str, dict[str, int]] = {}
 
     def load(self) -> None:
         if self.loaded:
@@ -73,6 +74,18 @@ class LazyKernels:
         """Another kernel of the module (None where numba is off or missing)."""
         self.load()
         return getattr(self.compiled, name) if self.compiled is not None else None
+
+    def columns(self, prefix: str) -> dict[str, int]:
+        """The module's constants named ``prefix...`` (a frame table's column numbers), read
+        once: a call that fills a table row by name then costs no ``dir()`` of the module."""
+        found = self._columns.get(prefix)
+        if found is None:
+            self.load()
+            module = self.compiled
+            found = {name: getattr(module, name) for name in dir(module)
+                     if name.startswith(prefix)} if module is not None else {}
+            self._columns[prefix] = found
+        return found
 
     def available(self) -> bool:
         """True when the compiled kernels will be used."""

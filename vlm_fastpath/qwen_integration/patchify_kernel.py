@@ -330,9 +330,8 @@ def resize_patchify_frames(
     if loop is None:
         return False
     p, m, t = patch_size, merge_size, temporal_patch_size
-    module = _KERNELS.compiled
-    col = {name: getattr(module, name) for name in dir(module) if name.startswith("F_")}
-    table = np.zeros((len(frames), module.FRAME_COLUMNS), np.int64)
+    col = _KERNELS.columns("F_")
+    table = np.zeros((len(frames), _KERNELS.compiled.FRAME_COLUMNS), np.int64)
     held: list[Any] = []  # every array the table points into, held until the loop is done
     jobs: list[tuple[int, int, int]] = []
     total_rows = sum(grid_h for *_, grid_h, _ in frames) or 1
