@@ -1,11 +1,18 @@
 """Peak resident-memory growth during a call, sampled from /proc (no allocator hooks).
 
 tracemalloc misses torch and Pillow allocations; RSS sees them all. A sampler thread reads
-/proc/self/statm every millisecond while the call runs.
+/proc/self/statm every millisecond while the call runs. Before the call the C heap's free
+memory is handed back (glibc ``malloc_trim``): otherwise a trim that a ``free`` inside the call
+sets off gives back memory freed long before, and the RSS growth hides the call's own
+allocations (measured: a 68 MB video output showed a growth of 0 after the larger rows of the
+video bench, and 68 MB when run alone).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import os
 import threading
 import time
@@ -23,8 +30,25 @@ def rss_bytes() -> int:
         return 0
 
 
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):  # not glibc: nothing to hand back
+        return None
+
+
+def trim_heap() -> None:
+    """Return the C heap's free memory to the system (glibc), so RSS counts only live memory."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
 def measure_peak(fn: Callable[[], Any]) -> tuple[Any, float, int]:
     """Run ``fn``; return (result, seconds, peak RSS growth in bytes over the start)."""
+    trim_heap()
     start_rss = rss_bytes()
     peak = [start_rss]
     done = threading.Event()
