@@ -357,7 +357,8 @@ def _frames_equal_torch(sources: list[np.ndarray], grids: list[tuple[int, int]],
                         rgbx: bool) -> None:
     """``resize_patchify_frames`` over ``sources`` (their bands in one job loop) against
     torch's whole resize then the plain patch kernel, image by image, each into its own
-    slice of one output as the processor lays them out."""
+    slice of one output as the processor lays them out. A source already of its grid's
+    size goes in without taps (patchified only), as the processor hands it over."""
     from vlm_fastpath.imaging.resize_pool import get_pool
 
     p, m, t = geometry
@@ -368,10 +369,13 @@ def _frames_equal_torch(sources: list[np.ndarray], grids: list[tuple[int, int]],
     frames = []
     offset = 0
     for src, (grid_h, grid_w), count in zip(sources, grids, patches, strict=True):
-        patchify_kernel.patchify_frame(RESIZE(src, grid_h * p, grid_w * p), lut,
-                                       expected[offset:offset + count], grid_h, grid_w, p, m, t)
-        frames.append((_rgbx(src) if rgbx else src, axis_taps(src.shape[0], grid_h * p),
-                       got[offset:offset + count], grid_h, grid_w))
+        plain = src.shape[:2] == (grid_h * p, grid_w * p)
+        patchify_kernel.patchify_frame(src if plain else RESIZE(src, grid_h * p, grid_w * p),
+                                       lut, expected[offset:offset + count], grid_h, grid_w,
+                                       p, m, t)
+        taps = None if plain else axis_taps(src.shape[0], grid_h * p)
+        frames.append((_rgbx(src) if rgbx else src, taps, got[offset:offset + count], grid_h,
+                       grid_w))
         offset += count
     assert patchify_kernel.resize_patchify_frames(
         frames, lut, p, m, t, pool=get_pool() if workers > 1 else None, workers=workers)
@@ -393,9 +397,12 @@ def test_fused_frames_equal_torch_over_sizes():
     )
     def check(sizes, geometry, dtype, workers, rgbx, seed):
         p, m, _ = geometry
-        sources = [rand_array(seed + k, in_w, in_h)
-                   for k, (in_h, in_w, _, _) in enumerate(sizes)]
         grids = [(bh * m, bw * m) for _, _, bh, bw in sizes]
+        # every third image already of its grid's size (patchified only, same loop)
+        sources = [rand_array(seed + k, grid_w * p, grid_h * p) if (seed + k) % 3 == 0
+                   else rand_array(seed + k, in_w, in_h)
+                   for k, ((in_h, in_w, _, _), (grid_h, grid_w)) in enumerate(
+                       zip(sizes, grids, strict=True))]
         _frames_equal_torch(sources, grids, geometry, dtype, workers, rgbx)
 
     check()
@@ -405,8 +412,9 @@ def test_fused_frames_equal_torch_over_sizes():
 def test_fused_frames_named_sizes_and_photographs_equal_torch(dtype):
     data = pytest.importorskip("skimage.data")
     sources = [rand_array(1, 2048, 2048), rand_array(2, 1024, 768), rand_array(3, 3001, 97),
-               np.ascontiguousarray(data.astronaut()), np.ascontiguousarray(data.coffee())]
-    grids = [(146, 146), (56, 74), (2, 214), (36, 36), (28, 42)]
+               np.ascontiguousarray(data.astronaut()), np.ascontiguousarray(data.coffee()),
+               rand_array(4, 4032, 3024), np.ascontiguousarray(data.coffee()[:392, :588])]
+    grids = [(146, 146), (56, 74), (2, 214), (36, 36), (28, 42), (216, 288), (28, 42)]
     for workers, rgbx in ((1, False), (2, True), (3, False)):
         _frames_equal_torch(sources, grids, (14, 2, 2), dtype, workers, rgbx)
 
@@ -416,17 +424,22 @@ def test_fused_frames_mismatched_arguments_are_value_errors():
     lut = _lut("uint8")
     out = np.empty((4, 1176), dtype=np.uint8)
     good = (src, axis_taps(60, 28), out, 2, 2)
+    plain = rand_array(1, 28, 28)
     for bad, match in (((src, axis_taps(60, 56), out, 2, 2), "taps for"),
                        ((src, axis_taps(90, 28), out, 2, 2), "past the frame"),
                        ((src, axis_taps(60, 28), out[:3], 2, 2), "out must be"),
-                       ((src, axis_taps(60, 28), out.astype(np.float32), 2, 2), "table of")):
+                       ((src, axis_taps(60, 28), out.astype(np.float32), 2, 2), "table of"),
+                       ((src, None, out, 2, 2), "does not match grid"),
+                       ((plain, None, out[:3], 2, 2), "out must be"),
+                       ((plain[:, :, 0], None, out, 2, 2), "HWC uint8")):
         with pytest.raises(ValueError, match=match):
             patchify_kernel.resize_patchify_frames([good, bad], lut, 14, 2, 2)
 
 
 def test_a_call_with_several_images_runs_in_one_loop(monkeypatch):
-    """Images resized on both sides go through ``resize_patchify_frames``, one loop for the
-    call; an image of another path sends the whole call the old way."""
+    """Images resized on both sides, or on neither, go through ``resize_patchify_frames``,
+    one loop for the call; an image resized on one side only sends the whole call the old
+    way."""
     from vlm_fastpath.qwen_integration import processor as processor_module
 
     calls = []
@@ -442,7 +455,9 @@ def test_a_call_with_several_images_runs_in_one_loop(monkeypatch):
     processor(images, return_tensors="pt")
     assert calls == [3]
     processor([*images, rand_array(4, 56, 56)], return_tensors="pt")  # 56² is not resized
-    assert calls == [3]
+    assert calls == [3, 4]
+    processor([*images, rand_array(5, 56, 61)], return_tensors="pt")  # height 61 -> 56 only
+    assert calls == [3, 4]
 
 
 def test_fused_resize_mismatched_arguments_are_value_errors():

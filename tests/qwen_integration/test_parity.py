@@ -223,6 +223,23 @@ def test_batches_whose_images_all_change_size(pairs, mode):
         run_both(hf, fast, images, **UINT8)
 
 
+def test_batches_with_images_already_in_whole_patches(pairs, mode):
+    """Images that keep their size (both sides multiples of 28, such as a 4032x3024 phone
+    photo) beside images resized on both sides: in torchvision mode one job loop for the
+    call; arrays and PIL images in one block or in many, both dtypes."""
+    hf, fast = pairs[(mode, "qwen2.5-vl")]
+    arrays = [rand_array(21, 56, 84), rand_array(22, 300, 200), rand_array(23, 588, 392),
+              np.asarray(smooth_image(24, 1036, 756))]
+    run_both(hf, fast, arrays)
+    run_both(hf, fast, arrays, **UINT8)
+    for one_block in (True, False):
+        with pillow_blocks(one_block):
+            images = [smooth_image(25, 4032, 3024), rand_image(26, 300, 200),
+                      rand_image(27, 28, 56)]
+        run_both(hf, fast, images)
+        run_both(hf, fast, images, **UINT8)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("size", [(1024, 1024), (2048, 2048), (4032, 3024), (1280, 960)])
 def test_benchmark_sizes(pairs, mode, size):

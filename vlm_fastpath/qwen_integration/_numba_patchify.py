@@ -367,18 +367,32 @@ def resize_patchify_band_jobs(counters, edges, src, cs, xmin, xw, xpairs, xgathe
     return settle(counters, bands, wait)
 
 
+@njit(cache=True, nogil=True)
+def patchify_band(src, cs, lut, out, grid_w, p, m, t, g0, g1):  # noqa: ANN001, ANN201, PLR0913
+    """Patch rows ``g0 .. g1`` of a frame already of the grid's size (``src``: uint8
+    ``[H, W*cs]``, RGB or Pillow's RGBX), as :func:`patchify_serial` writes them."""
+    flat = out.reshape(out.size)
+    rows = src.reshape((1, src.shape[0], src.shape[1]))
+    stage = np.empty(m * out.shape[1] + VECTOR, out.dtype)
+    copy = identity_table(lut)
+    for gy in range(g0, g1):
+        _patch_row(rows, False, cs, lut, copy, stage, flat, gy, gy * p, grid_w, p, m, t)
+
+
 # Columns of ``resize_patchify_frames_jobs``'s frame table: where each image's arrays are
-# (addresses) and their shapes, and its scalars.
+# (addresses) and their shapes, and its scalars. ``F_RESIZE`` 0: the image is already of
+# its grid's size (no tap columns are read), 1: both its sides change.
 (F_SRC, F_SRC_ROWS, F_ROW_BYTES, F_CS, F_XMIN, F_OUT_W, F_XW, F_XW_COLS, F_XPAIRS,
  F_XPAIR_COLS, F_XGATHER, F_XGATHER_BLOCKS, F_XGATHER_ROWS, F_XGATHER_COLS, F_XPRECISION,
  F_STARTS, F_OUT_H, F_SIZES, F_WEIGHTS, F_WEIGHT_COLS, F_YPAIRS, F_YPAIR_COLS, F_PRECISION,
- F_OUT, F_PATCHES, F_GRID_W) = range(26)
-FRAME_COLUMNS = 26
+ F_OUT, F_PATCHES, F_GRID_W, F_RESIZE) = range(27)
+FRAME_COLUMNS = 27
 
 
 @njit(cache=True, nogil=True)
 def resize_patchify_frames_jobs(counters, jobs, frames, lut, row_length, p, m, t, wait):  # noqa: ANN001, ANN201, PLR0913
-    """:func:`resize_patchify_band` over the images of one call: each job ``(k, g0, g1)`` of
+    """:func:`resize_patchify_band` (or, for an image already of its grid's size,
+    :func:`patchify_band`) over the images of one call: each job ``(k, g0, g1)`` of
     ``jobs`` makes patch rows ``g0 .. g1`` of image ``k``, whose arrays the row ``frames[k]``
     gives by address (the caller holds them until every job is done). Nothing here holds a
     Python reference, so a late helper keeps none of the call's arrays."""
@@ -387,6 +401,13 @@ def resize_patchify_frames_jobs(counters, jobs, frames, lut, row_length, p, m, t
     while job >= 0:
         f = frames[jobs[job, 0]]
         src = carray(bytes_at(f[F_SRC]), (f[F_SRC_ROWS], f[F_ROW_BYTES]))
+        out = carray(items_at(f[F_OUT], lut), (f[F_PATCHES], row_length))
+        if f[F_RESIZE] == 0:
+            patchify_band(src, f[F_CS], lut, out, f[F_GRID_W], p, m, t, jobs[job, 1],
+                          jobs[job, 2])
+            finish(counters)
+            job = claim(counters, n)
+            continue
         xmin = carray(int32_at(f[F_XMIN]), (f[F_OUT_W],))
         xw = carray(int64_at(f[F_XW]), (f[F_OUT_W], f[F_XW_COLS]))
         xpairs = carray(int32_at(f[F_XPAIRS]), (f[F_OUT_W], f[F_XPAIR_COLS]))
@@ -396,7 +417,6 @@ def resize_patchify_frames_jobs(counters, jobs, frames, lut, row_length, p, m, t
         sizes = carray(int64_at(f[F_SIZES]), (f[F_OUT_H],))
         weights = carray(int32_at(f[F_WEIGHTS]), (f[F_OUT_H], f[F_WEIGHT_COLS]))
         ypairs = carray(int32_at(f[F_YPAIRS]), (f[F_OUT_H], f[F_YPAIR_COLS]))
-        out = carray(items_at(f[F_OUT], lut), (f[F_PATCHES], row_length))
         resize_patchify_band(src, f[F_CS], xmin, xw, xpairs, xgather, f[F_XPRECISION], starts,
                              sizes, weights, ypairs, f[F_PRECISION], lut, out, f[F_GRID_W], p,
                              m, t, jobs[job, 1], jobs[job, 2])

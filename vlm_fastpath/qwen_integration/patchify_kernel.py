@@ -31,6 +31,7 @@ forked child of a process that launched a fork-unsafe layer (GNU OpenMP) runs th
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Sequence
@@ -311,7 +312,7 @@ def resize_patchify_frame(
 
 
 def resize_patchify_frames(
-    frames: Sequence[tuple[np.ndarray, AxisTaps, np.ndarray, int, int]],
+    frames: Sequence[tuple[np.ndarray, AxisTaps | None, np.ndarray, int, int]],
     lut: np.ndarray,
     patch_size: int,
     merge_size: int,
@@ -322,10 +323,12 @@ def resize_patchify_frames(
 ) -> bool:
     """:func:`resize_patchify_frame` for every image of one call at once: ``(pixels, taps,
     out, grid_h, grid_w)`` each, all their bands (``BANDS_PER_WORKER`` per worker, shared out
-    by rows) jobs of one GIL-free job loop. Why: a loop per image, or a pool task per image,
-    takes the GIL back once per image, and beside a thread that runs Python (an API
-    server's event loop) each takeback waits up to the switch interval (5 ms). False, with
-    nothing written, where numba's loop is missing."""
+    by rows) jobs of one GIL-free job loop. ``taps`` None: the image is already of its
+    grid's size and is only patchified (:func:`patchify_frame`'s bytes), in the same loop.
+    Why: a loop per image, or a pool task per image, takes the GIL back once per image, and
+    beside a thread that runs Python (an API server's event loop) each takeback waits up to
+    the switch interval (5 ms). False, with nothing written, where numba's loop is
+    missing."""
     loop = _KERNELS.kernel("resize_patchify_frames_jobs")
     if loop is None:
         return False
@@ -333,20 +336,32 @@ def resize_patchify_frames(
     col = _KERNELS.columns("F_")
     table = np.zeros((len(frames), _KERNELS.compiled.FRAME_COLUMNS), np.int64)
     held: list[Any] = []  # every array the table points into, held until the loop is done
-    jobs: list[tuple[int, int, int]] = []
+    per_image: list[list[tuple[int, int, int]]] = []
     total_rows = sum(grid_h for *_, grid_h, _ in frames) or 1
     row_length = 3 * t * p * p
     for k, (pixels, taps, out, grid_h, grid_w) in enumerate(frames):
-        src, cs, in_w = _fused_source(pixels, taps, out, grid_h, grid_w, p, m, t)
         if out.dtype != lut.dtype:
             raise ValueError(f"out of {out.dtype} for a table of {lut.dtype}")
+        row = table[k]
+        if taps is None:
+            src, cs = _plain_source(pixels, out, grid_h, grid_w, p, m, t)
+            held += [src, out]
+            for name, value in (
+                ("F_SRC", src.ctypes.data), ("F_SRC_ROWS", src.shape[0]),
+                ("F_ROW_BYTES", src.shape[1]), ("F_CS", cs), ("F_OUT", out.ctypes.data),
+                ("F_PATCHES", out.shape[0]), ("F_GRID_W", grid_w), ("F_RESIZE", 0),
+            ):
+                row[col[name]] = int(value)
+            per_image.append(_band_jobs(k, grid_h, total_rows, workers))
+            continue
+        src, cs, in_w = _fused_source(pixels, taps, out, grid_h, grid_w, p, m, t)
         xmin, xw, xpairs, xgather, xprecision = horizontal_taps(in_w, grid_w * p, cs)
         arrays = [np.ascontiguousarray(a) for a in (
             xmin, xw, xpairs, xgather, taps.starts, taps.sizes, taps.weights, taps.pairs)]
         xmin, xw, xpairs, xgather, starts, sizes, weights, ypairs = arrays
         held += [src, out, *arrays]
-        row = table[k]
         for name, value in (
+            ("F_RESIZE", 1),
             ("F_SRC", src.ctypes.data), ("F_SRC_ROWS", src.shape[0]),
             ("F_ROW_BYTES", src.shape[1]), ("F_CS", cs),
             ("F_XMIN", xmin.ctypes.data), ("F_OUT_W", xmin.shape[0]),
@@ -362,11 +377,31 @@ def resize_patchify_frames(
             ("F_PATCHES", out.shape[0]), ("F_GRID_W", grid_w),
         ):
             row[col[name]] = int(value)
-        bands = max(1, min(grid_h, math.ceil(BANDS_PER_WORKER * workers * grid_h / total_rows)))
-        edges = even_edges(grid_h, bands)
-        jobs += [(k, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+        per_image.append(_band_jobs(k, grid_h, total_rows, workers))
+    # first bands of every image, then second bands...: threads that start together work on
+    # different images (4 unresized 4032x3024 float32 images: 125.8 -> 117.0 ms, same run)
+    jobs = [job for rank in itertools.zip_longest(*per_image) for job in rank if job is not None]
     job_table = np.array(jobs, np.int64).reshape(-1, 3)
     run_jobs(loop, len(job_table), (job_table, table, lut, row_length, p, m, t),
              workers if pool is not None else 1, pool)
     del held  # every image and table was read until here
     return True
+
+
+def _band_jobs(k: int, grid_h: int, total_rows: int, workers: int) -> list[tuple[int, int, int]]:
+    """Image ``k``'s jobs ``(k, g0, g1)``: its share of ``BANDS_PER_WORKER`` bands per worker
+    over the call's ``total_rows`` patch rows, by its ``grid_h``."""
+    bands = max(1, min(grid_h, math.ceil(BANDS_PER_WORKER * workers * grid_h / total_rows)))
+    edges = even_edges(grid_h, bands)
+    return [(k, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def _plain_source(pixels: np.ndarray, out: np.ndarray, grid_h: int, grid_w: int, p: int,
+                  m: int, t: int) -> tuple[np.ndarray, int]:
+    """``(rows, cs)`` of ``pixels`` already of the grid's size, after :func:`patchify_frame`'s
+    checks."""
+    src, cs = _pixel_rows(pixels)
+    if pixels.shape[0] != grid_h * p or pixels.shape[1] != grid_w * p:
+        raise ValueError(f"frame of shape {pixels.shape} does not match grid {grid_h}x{grid_w}")
+    _check_grid_and_out(out, grid_h, grid_w, p, m, t)
+    return src, cs

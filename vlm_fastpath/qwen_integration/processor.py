@@ -6,9 +6,10 @@ bicubic for the torchvision processor: both passes in numba with torch's int16 t
 against torch; Pillow's bicubic for the PIL one), and one patch kernel maps bytes
 through a table built from that processor's float operations, tiles each frame
 ``temporal_patch_size`` times and writes the patches in merge order into one preallocated
-output. A batch whose images all change size on both sides (torch's resize) runs as one
-GIL-free job loop over every image's bands (``patchify_kernel.resize_patchify_frames``);
-other batches resize on a thread pool, overlapping the kernel.
+output. A batch whose images each change size on both sides (torch's resize) or keep it
+runs as one GIL-free job loop over every image's bands
+(``patchify_kernel.resize_patchify_frames``); other batches resize on a thread pool,
+overlapping the kernel.
 
 Images only: videos have their own twin (``video_processor``), as in transformers.
 """
@@ -352,23 +353,26 @@ class FastQwen2VLImageProcessor:
         pool: Executor,
         workers: int,
     ) -> bool:
-        """Several images whose width and height both change (torch's resize; the common
-        case): all their bands in one GIL-free job loop (``resize_patchify_frames``), so
-        the call takes the GIL back once, not once per image. False, with nothing written,
-        where any image takes another path."""
+        """Several images each of which changes both its width and height (torch's resize;
+        the common case) or neither (a size already in whole patches, such as a 4032x3024
+        phone photo): all their bands in one GIL-free job loop
+        (``resize_patchify_frames``), so the call takes the GIL back once, not once per
+        image. False, with nothing written, where any image changes one side only."""
         if not (self.fuse_vertical_pass and vertical_kernels_available()):
             return False
+        resized = []
         for image, plan, _ in jobs:
             height, width = image_size(image)
-            if height == plan.height or width == plan.width:
+            if (height == plan.height) != (width == plan.width):
                 return False
+            resized.append(height != plan.height)
         frames = []
         keep = []
-        for image, plan, dest in jobs:
+        for (image, plan, dest), resize in zip(jobs, resized, strict=True):
             pixels, keepalive = _pixels(image, pool)
             keep.append(keepalive)
-            frames.append((pixels, axis_taps(pixels.shape[0], plan.height), dest, plan.grid_h,
-                           plan.grid_w))
+            taps = axis_taps(pixels.shape[0], plan.height) if resize else None
+            frames.append((pixels, taps, dest, plan.grid_h, plan.grid_w))
         done = resize_patchify_frames(frames, lut, config.patch_size, config.merge_size,
                                       config.temporal_patch_size, pool=pool, workers=workers)
         del keep, frames  # Pillow's memory was read until here
