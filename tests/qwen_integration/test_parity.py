@@ -212,15 +212,9 @@ def test_batches_whose_images_all_change_size(pairs, mode):
     hf, fast = pairs[(mode, "qwen2.5-vl")]
     arrays = [rand_array(11, 300, 200), rand_array(12, 33, 900), rand_array(13, 1023, 767),
               np.asarray(smooth_image(14, 641, 479))]
-    run_both(hf, fast, arrays)
-    run_both(hf, fast, arrays, **UINT8)
     run_both(hf, fast, arrays * 3)
-    for one_block in (True, False):
-        with pillow_blocks(one_block):
-            images = [rand_image(15, 300, 200), smooth_image(16, 560, 85),
-                      rand_image(17, 57, 29)]
-        run_both(hf, fast, images)
-        run_both(hf, fast, images, **UINT8)
+    _batch_parity(hf, fast, arrays, lambda: [rand_image(15, 300, 200),
+                                             smooth_image(16, 560, 85), rand_image(17, 57, 29)])
 
 
 def test_batches_with_images_already_in_whole_patches(pairs, mode):
@@ -230,12 +224,18 @@ def test_batches_with_images_already_in_whole_patches(pairs, mode):
     hf, fast = pairs[(mode, "qwen2.5-vl")]
     arrays = [rand_array(21, 56, 84), rand_array(22, 300, 200), rand_array(23, 588, 392),
               np.asarray(smooth_image(24, 1036, 756))]
+    _batch_parity(hf, fast, arrays, lambda: [smooth_image(25, 4032, 3024),
+                                             rand_image(26, 300, 200), rand_image(27, 28, 56)])
+
+
+def _batch_parity(hf, fast, arrays, make_images) -> None:  # noqa: ANN001
+    """One call of ``arrays``, then of the images ``make_images`` makes in one Pillow block
+    and in many, each in float32 and uint8, against transformers."""
     run_both(hf, fast, arrays)
     run_both(hf, fast, arrays, **UINT8)
     for one_block in (True, False):
         with pillow_blocks(one_block):
-            images = [smooth_image(25, 4032, 3024), rand_image(26, 300, 200),
-                      rand_image(27, 28, 56)]
+            images = make_images()
         run_both(hf, fast, images)
         run_both(hf, fast, images, **UINT8)
 
