@@ -15,10 +15,14 @@ ordinary stores. Streaming stores are weakly ordered, so every kernel that strea
 Below :data:`STREAM_MIN_BYTES` an output stays in the caches the ordinary way: there the next
 reader may still find it there. Patches of 16 pixels in uint8 (Qwen3-VL, device-normalize)
 skip the stage: :func:`stream_patch16` streams each output line from four patch lines, where
-the output starts on a line (the output pool's arrays do: ``output_pool.ALIGN``).
+the output starts on a line (the output pool's arrays do: ``output_pool.ALIGN``); so do runs of
+14-pixel patches (Qwen2-VL, Qwen2.5-VL) that fill whole lines: ``stream_pieces14`` streams 7
+lines from 32 patch lines.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from llvmlite import ir
@@ -91,6 +95,77 @@ def stream_four_lines(typingctx, dst, src, stride):  # noqa: ANN001, ANN202, ARG
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _piece_lines(piece: int) -> tuple[object, int, int]:
+    """An intrinsic ``(dst, src, offsets)`` and its counts ``(pieces, lines)``: the bytes of
+    ``pieces`` consecutive ``piece``-byte pieces, piece ``j`` the ``piece`` bytes at ``src +
+    offsets[j]`` (``offsets``: the address of ``pieces`` int64 byte offsets), laid end to end
+    as ``lines`` whole 64-byte lines from ``dst`` (64-byte aligned), each by one non-temporal
+    store; ``pieces * piece == lines * 64``, the least such run. Each piece is read by one
+    16-byte load (any alignment), so ``16 - piece`` bytes past every piece must be readable.
+
+    Why: a 14-pixel patch line (Qwen2-VL, Qwen2.5-VL) is 14 bytes of uint8 output, so its
+    output rows are runs of 14-byte pieces that are not on 16-byte boundaries, and a patch
+    row of 2 patches (2352 bytes) ends mid-line. Staged, every byte is stored twice (the
+    stage, then the stream) and the lines shared by two writes go out by ordinary stores.
+    Here the pieces go from their rows straight into whole lines: all loads first (the
+    streaming stores may alias them, for all LLVM knows), then each line is one two-source
+    byte permute of the pieces it covers (``vpermt2b`` where AVX-512 VBMI is there)."""
+    span = math.lcm(piece, LINE)
+    pieces, lines = span // piece, span // LINE
+    part = 16  # bytes per load
+    assert piece <= part and -(-LINE // piece) + 1 <= 2 * LINE // part  # two sources a line
+
+    @intrinsic
+    def stream_pieces(typingctx, dst, src, offsets):  # noqa: ANN001, ANN202, ARG001
+        sig = types.void(types.uint64, types.uint64, types.uint64)
+
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
+            to, frm, table = args
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            loaded = ir.VectorType(ir.IntType(8), part)
+            entries = builder.inttoptr(table, i64.as_pointer())
+            parts = []
+            for j in range(pieces):
+                at = builder.add(frm, builder.load(builder.gep(entries, [i64(j)]), align=8))
+                parts.append(builder.load(builder.inttoptr(at, loaded.as_pointer()), align=1))
+
+            def joined(a, b):  # noqa: ANN001, ANN202
+                n = 2 * a.type.count
+                return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(i32, n),
+                                                                [i32(k) for k in range(n)]))
+
+            def chunk(group):  # noqa: ANN001, ANN202
+                # up to four loads as one 64-byte vector (the missing ones undefined)
+                group = group + [ir.Constant(loaded, ir.Undefined)] * (4 - len(group))
+                return joined(joined(group[0], group[1]), joined(group[2], group[3]))
+
+            line_type = ir.VectorType(ir.IntType(8), LINE)
+            for k in range(lines):
+                first = k * LINE // piece
+                last = (k * LINE + LINE - 1) // piece
+                used = parts[first:last + 1]
+                low = chunk(used[:4])
+                high = chunk(used[4:]) if len(used) > 4 else ir.Constant(line_type, ir.Undefined)
+                at = [k * LINE + b for b in range(LINE)]
+                mask = [(a // piece - first) * part + a % piece for a in at]
+                value = builder.shuffle_vector(low, high, ir.Constant(
+                    ir.VectorType(i32, LINE), [i32(v) for v in mask]))
+                out = builder.add(to, ir.Constant(i64, k * LINE))
+                store = builder.store(value, builder.inttoptr(out, line_type.as_pointer()),
+                                      align=LINE)
+                store.set_metadata("nontemporal",
+                                   builder.module.add_metadata([ir.IntType(32)(1)]))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return stream_pieces, pieces, lines
+
+
+# 14-pixel patches: 32 pieces of 14 bytes are 7 whole lines (448 bytes)
+stream_pieces14, PIECES14, LINES14 = _piece_lines(14)
 
 
 @intrinsic
