@@ -33,6 +33,8 @@ VARIABLES: dict[str, str] = {
     "0 keeps none)",
     "VLM_FASTPATH_FAST_DECODE": "exact fast image decoding: 1 (default: verified rows measured "
     "faster), all (every verified row, JPEG too) or 0 (Pillow only)",
+    "VLM_FASTPATH_HASH_THREADS": "threads of vLLM's blake3 hash of one item of 16 MiB or more "
+    "(vllm-threaded-mm-hash; default: the CPUs this process may use, at most 4; 1: one thread)",
 }
 
 DEFAULT_FAULT_LIMIT = 3
@@ -132,3 +134,13 @@ def buffer_pool_bytes() -> int:
     except ValueError:
         megabytes = DEFAULT_BUFFER_POOL_MB
     return max(0, megabytes) << 20
+
+
+def hash_threads() -> int | None:
+    """The user's thread count for hashing one large multimodal item (at least 1), or None
+    for the default. A value that is not an integer is ignored, as for the resize threads."""
+    value = _raw("VLM_FASTPATH_HASH_THREADS").strip()
+    try:
+        return max(1, int(value)) if value else None
+    except ValueError:
+        return None

@@ -50,6 +50,10 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
         "test_fast_image_decode.py::test_load_bytes_is_the_releases",
         "test_fast_image_decode.py::test_bad_input_is_the_releases",
     ),
+    "vllm-threaded-mm-hash": (
+        "test_threaded_mm_hash.py::test_digest_is_the_releases",
+        "test_threaded_mm_hash.py::test_only_large_items_get_threads",
+    ),
     "vllm-qwen2-vl-processor": _QWEN_VLLM,
     "vllm-qwen2-5-vl-processor": _QWEN_VLLM,
     "vllm-qwen3-vl-processor": _QWEN_VLLM,

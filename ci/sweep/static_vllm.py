@@ -38,6 +38,7 @@ KIMI = "vllm.model_executor.models.kimi_k25"
 KIMI_VIT = "vllm.model_executor.models.kimi_k25_vit"
 KIMI_FUSED = "vllm.transformers_utils.processors.kimi_k25_vision_fused"
 MEDIA_IMAGE = "vllm.multimodal.media.image"
+HASHER = "vllm.multimodal.hasher"
 QWEN = {  # patch -> (module, ProcessingInfo class)
     "vllm-qwen2-vl-processor": ("vllm.model_executor.models.qwen2_vl", "Qwen2VLProcessingInfo"),
     "vllm-qwen2-5-vl-processor": ("vllm.model_executor.models.qwen2_5_vl",
@@ -257,6 +258,15 @@ def facts(r: Release) -> dict[str, object]:
     f["load_bytes_opens_normalizes_loads"] = r.binds(MEDIA_IMAGE, "normalize_image") and (
         0 <= opened < text.find("normalize_image(image)") < text.find("image.load()"))
 
+    # multimodal/hasher.py: MultiModalHasher.hash_kwargs and _get_hasher_factory
+    f["hasher_class"] = r.klass(HASHER, "MultiModalHasher") is not None
+    factory = r.func(HASHER, "_get_hasher_factory")
+    f["get_hasher_factory_params"] = params(factory) if factory else None
+    text = r.source(HASHER, r.func(HASHER, "hash_kwargs", cls="MultiModalHasher"))
+    f["hash_kwargs_makes_hasher_by_factory"] = all(
+        piece in text for piece in ("_get_hasher_factory(", "hasher_factory()", ".update(",
+                                    ".hexdigest()"))
+
     # model_executor/models/qwen*_vl.py: ProcessingInfo.get_hf_processor
     for module, cls in QWEN.values():
         klass = r.klass(module, cls)
@@ -275,7 +285,7 @@ def patched_files(r: Release) -> list[str]:
     """Modules whose source decides what the vLLM patches do on ``r``: their trigger modules,
     the Kimi HF processor (device-normalize hands out a view of it) and every module holding a
     ``from ... import`` copy of an object a patch rebinds."""
-    names = {PROCESSOR, KIMI, KIMI_VIT, KIMI_FUSED, MEDIA_IMAGE, KIMI_HF_PROCESSOR}
+    names = {PROCESSOR, KIMI, KIMI_VIT, KIMI_FUSED, MEDIA_IMAGE, KIMI_HF_PROCESSOR, HASHER}
     names |= {module for module, _ in QWEN.values()}
     names |= set(r.modules_importing(KIMI_FUSED, FUSED_CLS))
     for name in ("get_image_processor", "cached_get_image_processor"):
@@ -560,6 +570,17 @@ RULES: dict[str, Rule] = {
                            "decodes"),
         note=lambda f: "" if f["load_bytes_opens_normalizes_loads"] else (
             "media/image.py: load_bytes does not call normalize_image on the opened image"),
+    ),
+    "vllm-threaded-mm-hash": Rule(
+        trigger=HASHER,
+        not_needed=lambda f: None if f["hasher_class"] else "hasher.py: no MultiModalHasher",
+        failed=lambda f: None if (
+            f["get_hasher_factory_params"] == ["algorithm"]
+            and f["hash_kwargs_makes_hasher_by_factory"]) else (
+            "hasher.py: hash_kwargs does not make its hasher by "
+            "_get_hasher_factory(algorithm)() and update it"),
+        applies=lambda f: ("hasher.py: hash_kwargs makes its hasher by "
+                           "_get_hasher_factory(algorithm)()"),
     ),
     **{name: _qwen(name) for name in QWEN},
     **{name: _qwen_video(name) for name in QWEN_VIDEO},

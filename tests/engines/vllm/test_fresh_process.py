@@ -57,6 +57,7 @@ def _expected(version: Version) -> dict[str, str]:
             "vllm-moonvit-max-seqlen": moonvit,
             "vllm-image-loader-client-errors": loader,
             "vllm-fast-image-decode": fast_decode,
+            "vllm-threaded-mm-hash": "applied",
             **QWEN_PENDING,
         }
     return {
@@ -67,6 +68,7 @@ def _expected(version: Version) -> dict[str, str]:
         "vllm-moonvit-max-seqlen": moonvit,
         "vllm-image-loader-client-errors": loader,
         "vllm-fast-image-decode": fast_decode,
+        "vllm-threaded-mm-hash": "applied",
         **QWEN_PENDING,
     }
 
