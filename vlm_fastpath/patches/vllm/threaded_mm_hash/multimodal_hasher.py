@@ -79,11 +79,54 @@ def payload_bytes(values: Iterable[Any], enough: int) -> int:
     return total
 
 
+class GatheredUpdates:
+    """A hasher whose small updates reach it as one: each ``update`` of a blake3 hasher with
+    a pool hands work to the pool's threads, about 13 us even for 16 bytes, and vLLM feeds a
+    clip with its metadata as some 160 chunks (measured: 160 small updates 0.02 ms on one
+    thread, 2.0 ms through a pool of two; ``hash_kwargs`` of 32x1280x720 frames 14.1 ms
+    against 9.5 for the frames alone). The same bytes in the same order: the same digest."""
+
+    SMALL = 64 << 10  # an update below this waits, copied, for the next large one
+
+    def __init__(self, hasher: Any) -> None:
+        self._hasher = hasher
+        self._pending = bytearray()
+
+    def update(self, data: Any) -> GatheredUpdates:
+        try:
+            size = memoryview(data).nbytes
+        except TypeError:
+            size = self.SMALL  # not a buffer: the hasher decides what to do with it
+        if size < self.SMALL:
+            try:
+                self._pending += data
+                return self
+            except (TypeError, BufferError, ValueError):
+                pass
+        self._flush()
+        self._hasher.update(data)
+        return self
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._hasher.update(self._pending)
+            self._pending = bytearray()
+
+    def hexdigest(self, *args: Any, **kwargs: Any) -> str:
+        self._flush()
+        return self._hasher.hexdigest(*args, **kwargs)
+
+    def digest(self, *args: Any, **kwargs: Any) -> bytes:
+        self._flush()
+        return self._hasher.digest(*args, **kwargs)
+
+
 def threaded_hasher(blake3: Any, threads: int) -> Any:
     """A blake3 hasher with its own pool of ``threads`` threads (none shared, so nothing is
-    left for a forked child to miss), or vLLM's single-threaded one if no pool can start."""
+    left for a forked child to miss), small updates gathered (:class:`GatheredUpdates`); or
+    vLLM's single-threaded one if no pool can start."""
     try:
-        return blake3(max_threads=threads)
+        return GatheredUpdates(blake3(max_threads=threads))
     except Exception:  # noqa: BLE001 - no threads to be had: the plain hasher, same digest
         return blake3()
 
@@ -141,16 +184,17 @@ def _source(func: Any) -> str:
 
 
 def probe_mismatch(hasher_cls: type, threads: int = 2) -> str | None:
-    """``behaviour: ...`` unless blake3 on ``threads`` threads digests this release's own
-    chunk stream of a probe video (frames over several blake3 chunks, plus metadata) as
-    vLLM's single-threaded hasher does."""
+    """``behaviour: ...`` unless the hasher :func:`threaded_hasher` makes (blake3 on
+    ``threads`` threads, small updates gathered) digests this release's own chunk stream of a
+    probe video (frames over several blake3 chunks, plus metadata) as vLLM's
+    single-threaded hasher does."""
     import numpy as np
     from blake3 import blake3
 
     frames = np.arange(4 * 256 * 256 * 3, dtype=np.uint32).astype(np.uint8)
     probe = (frames.reshape(4, 256, 256, 3), {"fps": 2.0, "frames_indices": [0, 1, 2, 3]})
     chunks = list(hasher_cls.iter_item_to_bytes("video", probe))
-    single, threaded = blake3(), blake3(max_threads=threads)
+    single, threaded = blake3(), threaded_hasher(blake3, threads)
     for chunk in chunks:
         single.update(chunk)
         threaded.update(chunk)
