@@ -212,3 +212,14 @@ def signature_clause(owner: Any, attr: str, params: tuple[str, ...]) -> str | No
             "as the patch expects"
         )
     return None
+
+
+def source_text(obj: Any) -> str:
+    """The installed source of ``obj`` (a contract reads what an engine function does), or ""
+    where there is none to read (built-ins, a release shipped without its ``.py`` files)."""
+    import inspect
+
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+from ..core.base import source_text as source_of  # noqa: F401 - the sglang patches' name for it
 
 # Model classes whose ``get_image_feature``/``get_video_feature`` concatenate every item's
 # feature into one tensor before the vision tower, so one batched host-to-device copy can replace
@@ -35,13 +36,6 @@ def module(name: str) -> ModuleType:
 
         mod = importlib.import_module(name)
     return mod
-
-
-def source_of(obj: Any) -> str:
-    try:
-        return inspect.getsource(obj)
-    except (OSError, TypeError):
-        return ""
 
 
 def owner_class_name(func: Callable[..., Any] | None) -> str | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ...core.base import Patch, PatchContext, signature_clause
+from ...core.base import Patch, PatchContext, signature_clause, source_text
 from ...core.containment import contained
 from ...core.registry import register
 
@@ -38,15 +38,6 @@ def make_normalize_image(original: Any) -> Any:
     normalize_image.__wrapped__ = original  # type: ignore[attr-defined]
     normalize_image.__vlm_fastpath_original__ = original  # type: ignore[attr-defined]
     return normalize_image
-
-
-def _source(func: Any) -> str:
-    import inspect
-
-    try:
-        return inspect.getsource(func)
-    except (OSError, TypeError):
-        return ""
 
 
 @register
@@ -76,7 +67,7 @@ class FastImageDecodePatch(Patch):
         clause = signature_clause(media, "normalize_image", ("image",))
         if clause:
             return clause
-        source = _source(media.ImageMediaIO.__dict__["load_bytes"])
+        source = source_text(media.ImageMediaIO.__dict__["load_bytes"])
         opened = max(source.find("open_image("), source.find("Image.open("))
         normalized = source.find("normalize_image(image)")
         loaded = source.find("image.load()")

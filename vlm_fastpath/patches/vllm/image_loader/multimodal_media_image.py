@@ -19,7 +19,7 @@ import functools
 import sys
 from typing import Any
 
-from ...core.base import Patch, PatchContext
+from ...core.base import Patch, PatchContext, source_text
 from ...core.registry import register
 
 MEDIA_IMAGE = "vllm.multimodal.media.image"
@@ -46,15 +46,6 @@ def make_load_bytes(original: Any) -> Any:
     return load_bytes
 
 
-def _source(func: Any) -> str:
-    import inspect
-
-    try:
-        return inspect.getsource(func)
-    except (OSError, TypeError):
-        return ""
-
-
 @register
 class ImageLoaderClientErrorsPatch(Patch):
     name = "vllm-image-loader-client-errors"
@@ -68,7 +59,7 @@ class ImageLoaderClientErrorsPatch(Patch):
     def upstream_equivalent(self) -> str | None:
         io_cls = getattr(sys.modules[MEDIA_IMAGE], "ImageMediaIO", None)
         load = getattr(io_cls, "load_bytes", None)
-        if load is not None and "DecompressionBombError" in _source(load):
+        if load is not None and "DecompressionBombError" in source_text(load):
             return "ImageMediaIO.load_bytes handles DecompressionBombError itself"
         return None
 

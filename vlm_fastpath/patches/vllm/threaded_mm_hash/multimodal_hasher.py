@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .... import settings
-from ...core.base import Patch, PatchContext, signature_clause
+from ...core.base import Patch, PatchContext, signature_clause, source_text
 from ...core.containment import contained
 from ...core.registry import register
 
@@ -174,15 +174,6 @@ def make_hash_kwargs(original: Callable[..., str]) -> classmethod:
     return classmethod(hash_kwargs)
 
 
-def _source(func: Any) -> str:
-    import inspect
-
-    try:
-        return inspect.getsource(func)
-    except (OSError, TypeError):
-        return ""
-
-
 def probe_mismatch(hasher_cls: type, threads: int = 2) -> str | None:
     """``behaviour: ...`` unless the hasher :func:`threaded_hasher` makes (blake3 on
     ``threads`` threads, small updates gathered) digests this release's own chunk stream of a
@@ -234,7 +225,7 @@ class ThreadedMmHashPatch(Patch):
             return "structure: MultiModalHasher.hash_kwargs is not a classmethod"
         if not callable(getattr(cls, "iter_item_to_bytes", None)):
             return "structure: MultiModalHasher has no iter_item_to_bytes"
-        source = _source(raw.__func__)
+        source = source_text(raw.__func__)
         if not ("_get_hasher_factory(" in source and "hasher_factory()" in source
                 and ".update(" in source and ".hexdigest()" in source):
             return ("structure: MultiModalHasher.hash_kwargs does not make its hasher by "
