@@ -10,7 +10,9 @@
    ``vllm-fast-image-decode`` applied and reverted (when vLLM imports here; else the same
    steps spelled out: open, EXIF transpose, load, RGB), feeding our ``FusedKimiProcessor``
    (Kimi K2.5) and ``FastQwen2VLImageProcessor`` (Qwen2.5-VL, from transformers'
-   torchvision processor). Both schedules of ``benchmarks.schedules``, with each side's
+   torchvision processor), each offered to the decode layer as vLLM's patches offer it, so
+   a large JPEG or PNG is resized and patchified strip by strip while it decodes
+   (``imaging.decode.speculation``). Both schedules of ``benchmarks.schedules``, with each side's
    minor page faults per call: with the sides interleaved, the baseline's Pillow image
    (48 MB at 4032x3024, in 16 MB blocks) comes from reused heap memory or from fresh pages
    depending on glibc's heap state, which the other side's allocations change (measured: 32
@@ -46,6 +48,7 @@ from benchmarks.decode_libraries import encode, photo_like
 from benchmarks.schedules import SCHEDULES, busy_python_thread, timed_calls
 from vlm_fastpath.bench.checkpoints import KIMI_K25_MEDIA_CFG, QWEN25_VL_CFG
 from vlm_fastpath.imaging import decode
+from vlm_fastpath.imaging.decode import speculation
 
 SIZES = ((1024, 1024), (2048, 2048), (4032, 3024))
 TARGETS = {"jpeg": 1.2, "png": 1.3, "webp": 1.3}
@@ -188,10 +191,14 @@ def pipeline_rows(items: list[tuple[str, str, bytes]], repeats: int) -> tuple[st
         "kimi": lambda img: kimi.preprocess([{"type": "image", "image": img}])["pixel_values"],
         "qwen": lambda img: qwen(images=[img], return_tensors="pt")["pixel_values"],
     }
+    # What vLLM's patches do when they hand a processor out: the decode layer may start it on
+    # a large image's rows while they decode (speculation).
+    offered = {"kimi": kimi, "qwen": qwen}
     loader_name, ours_load, their_load = _loaders()
     rows = []
     for fmt, label, data in items:
         for model, proc in processors.items():
+            speculation.offer(offered[model])
             exact = torch.equal(proc(ours_load(data)), proc(their_load(data)))
             faults: dict[str, list[int]] = {"ours": [], "pillow": []}
             fns = {

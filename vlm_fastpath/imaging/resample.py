@@ -449,6 +449,34 @@ def _frames_jobs(frames: list[tuple[tuple[Any, ...], np.ndarray, int, int, Any]]
     return True
 
 
+def array_band_args(pixels: np.ndarray, width: int, height: int) -> tuple[Any, ...]:
+    """The band kernel's arguments for RGB uint8 ``pixels`` (``[H, W, 3]``, C-contiguous)
+    resized to ``width`` x ``height`` (Pillow's bicubic), read in place."""
+    source = _readonly(pixels).reshape(pixels.shape[0], pixels.shape[1] * 3)
+    return _band_args(source, 3, width, height, "bicubic")
+
+
+def source_rows_read(args: tuple[Any, ...], p: int, g0: int, g1: int) -> int:
+    """How many source rows, from the top, patch rows ``g0 .. g1`` read (0: only padding)."""
+    in_h, ymin, ycnt, need_v = args[3], args[6], args[7], args[10]
+    out_h = ymin.shape[0] if need_v else in_h
+    lo, hi = g0 * p, min(g1 * p, out_h)
+    if hi <= lo:
+        return 0
+    return int((ymin[lo:hi] + ycnt[lo:hi]).max()) if need_v else hi
+
+
+def run_patch_rows(args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray, grid_w: int,
+                   p: int, g0: int, g1: int, workers: int) -> None:
+    """Patch rows ``g0 .. g1`` of a frame held as one array (``array_band_args``), in bands
+    of one GIL-free job loop on up to ``workers`` threads."""
+    if _NUMBA.load() is None or _NUMBA.jobs is None:
+        raise RuntimeError(f"the resampler's numba kernels are missing: {_NUMBA.error}")
+    edges = g0 + even_edges(g1 - g0, band_count(g1 - g0, 1.0, workers))
+    run_jobs(_NUMBA.jobs, len(edges) - 1, (edges, *args, _readonly(lut), dest, grid_w, p),
+             workers)
+
+
 def _submit_bands(group: TaskGroup, args: tuple[Any, ...], lut: np.ndarray, dest: np.ndarray,
                   grid_w: int, p: int, grid_h: int, bands: int, keepalive: Any,
                   urgent: bool = False) -> None:

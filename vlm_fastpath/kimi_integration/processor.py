@@ -20,10 +20,13 @@ import torch
 from PIL import Image
 
 from ..imaging.batch_feature import batch_feature_cls
+from ..imaging.decode import speculation
+from ..imaging.image_input import unwrap
 from ..imaging.lut import identity_lut
 from ..imaging.output_pool import empty_output
 from ..imaging.resample import kernel_enabled, resize_patchify, warm_up
 from ..imaging.resize_pool import get_pool, pool_size, wait_all
+from . import speculative
 from .config import KimiMediaConfig
 from .errors import KimiInputError, KimiProcessorError
 from .image_input import KIMI_INPUT, image_size, to_rgb_image
@@ -77,6 +80,7 @@ class FusedKimiProcessor:
         self.num_frames_per_chunk = self.config.temporal_merge_kernel_size
         self.normalize_lut = build_normalize_lut(self.config.image_mean, self.config.image_std)
         self._uint8_lut = identity_lut()
+        self.last_flags = (True, True)  # do_rescale, do_normalize of the latest call
         warm_up()
 
     @classmethod
@@ -146,19 +150,26 @@ class FusedKimiProcessor:
         if not isinstance(medias, Sequence) or isinstance(medias, (str, bytes)):
             raise KimiInputError(f"medias must be a list of dicts, got {type(medias).__name__}")
         lut = self._lut(do_rescale, do_normalize)
+        # what the engine asks for (bytes where vLLM normalizes on the device): the output
+        # kind work started on a decoding image guesses (``speculative``)
+        self.last_flags = (bool(do_rescale), bool(do_normalize))
         p = self.config.patch_size
         items = [_frames_of(media) for media in medias]
         plans = [self._plan(kind, frames) for kind, frames in items]
         total = sum(plan.num_patches for plan in plans)
-        # Recycled memory of a freed output when one fits, else numpy's (which asks the kernel
-        # for transparent huge pages on large buffers): output_pool.
-        pixel_values = torch.from_numpy(empty_output((total, 3, p, p), lut.dtype))
         # Built in numpy: a torch op releases the GIL, and taking it back beside a thread
         # that runs Python waits up to the switch interval (5 ms).
         grid_thws = torch.from_numpy(
             np.array([plan.grid_thw for plan in plans], dtype=np.int64).reshape(len(plans), 3)
         )
-        self._fill(items, plans, pixel_values.numpy(), lut)
+        ready = self._prepared(items, plans)
+        if ready is not None:
+            pixel_values = torch.from_numpy(ready)
+        else:
+            # Recycled memory of a freed output when one fits, else numpy's (which asks the
+            # kernel for transparent huge pages on large buffers): output_pool.
+            pixel_values = torch.from_numpy(empty_output((total, 3, p, p), lut.dtype))
+            self._fill(items, plans, pixel_values.numpy(), lut)
         if return_tensors in ("np", "numpy"):
             data: dict[str, Any] = {
                 "pixel_values": pixel_values.numpy(),
@@ -169,6 +180,23 @@ class FusedKimiProcessor:
         return _batch(data, None)
 
     __call__ = preprocess
+
+    def start(self, mode: str, pixels: np.ndarray, progress: Any) -> Any:
+        """This processor's call on an image still being decoded
+        (``imaging.decode.speculation``; ``speculative``)."""
+        return speculative.start(self, mode, pixels, progress)
+
+    def _prepared(self, items: list[tuple[str, list[Any]]], plans: list[ResizePlan]
+                  ) -> np.ndarray | None:
+        """The output made while the engine's loader decoded a lone image, for these very
+        settings; None where there is none."""
+        if len(items) != 1 or items[0][0] != "image":
+            return None
+        frame = items[0][1][0]
+        if not speculation.pending(unwrap(frame)):
+            return None
+        image = KIMI_INPUT.to_rgb(frame)  # the call's own checks, errors included
+        return speculation.take(image, self, speculative.key(self.last_flags, plans[0]))
 
     def _fill(
         self,

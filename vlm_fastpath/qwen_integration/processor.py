@@ -27,11 +27,13 @@ import torch
 from PIL import Image
 
 from ..imaging.batch_feature import batch_feature_cls
+from ..imaging.decode import speculation
 from ..imaging.decode.decoded_image import held_rgb
 from ..imaging.output_pool import empty_output
 from ..imaging.pillow_pixels import rgbx_copy, rgbx_view
 from ..imaging.resize_pool import get_pool, pool_size, wait_all
 from ..imaging.torch_taps import AxisTaps, axis_taps
+from . import speculative
 from .config import PIL, TORCHVISION, QwenImageConfig
 from .errors import QwenConfigError, QwenInputError
 from .hf_config import config_from_hf
@@ -101,6 +103,7 @@ class FastQwen2VLImageProcessor:
         # (probed by from_hf), else the installed transformers' for this mode, probed at the
         # first image that needs it (rgb_rules).
         self._rgb_rules = rgb_rules
+        self.last_config = config  # the settings of the latest call
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -282,6 +285,9 @@ class FastQwen2VLImageProcessor:
             kwargs.pop(key, None)
         _follow_lone_limits(kwargs, self.rgb_rules)
         config = self.config.with_overrides(kwargs) if kwargs else self.config
+        # what the engine asks for (vLLM's device normalization asks for bytes): the settings
+        # work started on a decoding image guesses (``speculative``)
+        self.last_config = config
         flat = flatten_images(images)
         if not flat:
             raise QwenInputError("no images given")
@@ -294,10 +300,15 @@ class FastQwen2VLImageProcessor:
         lut = self._lut(config)
         p, t = config.patch_size, config.temporal_patch_size
         total = sum(plan.num_patches for plan in plans)
-        # Recycled memory of a freed output when one fits, else numpy's (transparent huge
-        # pages on large buffers): imaging.output_pool.
-        out = empty_output((total, 3 * t * p * p), lut.dtype)
-        self._fill(rgb, plans, out, lut, config)
+        out = None
+        if len(rgb) == 1 and input_data_format is None:
+            # made while the engine's loader decoded this image, for these very settings
+            out = speculation.take(rgb[0], self, speculative.key(config, plans[0]))
+        if out is None:
+            # Recycled memory of a freed output when one fits, else numpy's (transparent
+            # huge pages on large buffers): imaging.output_pool.
+            out = empty_output((total, 3 * t * p * p), lut.dtype)
+            self._fill(rgb, plans, out, lut, config)
         # Built in numpy: a torch op releases the GIL, and taking it back beside a thread that
         # runs Python waits up to the switch interval (5 ms).
         grid = np.array([[1, plan.grid_h, plan.grid_w] for plan in plans], np.int64)
@@ -305,6 +316,11 @@ class FastQwen2VLImageProcessor:
                       return_tensors, config.mode)
 
     __call__ = preprocess
+
+    def start(self, mode: str, pixels: np.ndarray, progress: Any) -> Any:
+        """This processor's default call on an image still being decoded
+        (``imaging.decode.speculation``; ``speculative``)."""
+        return speculative.start(self, mode, pixels, progress)
 
     def _fill(
         self,

@@ -223,3 +223,48 @@ def test_missing_target_fails_cleanly(engine, monkeypatch):
     REGISTRY.revert(engine="sglang")
     monkeypatch.undo()
     assert cls.__dict__["__init__"] is original
+
+
+def test_an_image_sglang_loads_is_patchified_while_it_decodes(engine, checkpoints, cpu_path,
+                                                              monkeypatch):
+    """SGLang's own ``load_image`` (with ``sglang-fast-image-decode``) starts our processor on
+    the rows as they decode; ``process_mm_data`` takes that work, and its output equals
+    SGLang's own loader and processor (the plugin reverted)."""
+    from sglang.srt.utils import common
+
+    from fixtures import decode_corpus
+    from vlm_fastpath.imaging import row_progress
+    from vlm_fastpath.imaging.decode import layer, speculation
+
+    REGISTRY.revert(engine="sglang")
+    REGISTRY.apply(engine="sglang")
+    try:
+        if _status().get("sglang-fast-image-decode") != "applied":
+            pytest.skip("SGLang's loader does not decode through vlm-fastpath here")
+        if not row_progress.supported():
+            pytest.skip("rows cannot be followed on this machine")
+        monkeypatch.setattr(layer, "OVERLAP_PIXELS", 1)
+        mm, _ = _build(checkpoints["qwen2.5"])
+        fast = mm._processor.image_processor.__dict__["_vlm_fast"]
+        assert speculation.offered().fast is fast
+        _run(mm, [_image(6, 300, 200)])  # the settings SGLang asks for, learnt from a call
+        fills = []
+        fill = fast._fill
+        monkeypatch.setattr(fast, "_fill", lambda *a, **k: (fills.append(1), fill(*a, **k))[1])
+
+        def load(data: bytes) -> Image.Image:
+            loaded = common.load_image(data, False)
+            return loaded[0] if isinstance(loaded, tuple) else loaded
+
+        for size, fmt in (((1203, 917), "JPEG"), ((1176, 840), "PNG")):
+            data = decode_corpus.save(
+                Image.fromarray(decode_corpus.photo_like(*size, seed=size[0])), fmt)
+            before = len(fills)
+            with_plugin = _run(mm, [load(data)])
+            assert len(fills) == before, "SGLang's call computed what the loader had prepared"
+            REGISTRY.revert(engine="sglang")
+            without = _run(mm, [load(data)])
+            REGISTRY.apply(engine="sglang")
+            _assert_same(with_plugin, without)
+    finally:
+        REGISTRY.revert(engine="sglang")

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import PIL.Image
 import pytest
 import torch
 
@@ -284,3 +285,50 @@ def test_fresh_process_entry_point(enabled):
     want = "applied" if enabled == "1" else "disabled"
     assert result["status"][QWEN25_PATCH] == want
     assert result["wrapped"] is (enabled == "1")
+
+
+def _image_media_io():
+    try:
+        from vllm.multimodal.media.image import ImageMediaIO
+    except ImportError:  # releases before media/ was a package
+        from vllm.multimodal.image import ImageMediaIO
+    return ImageMediaIO()
+
+
+def test_an_image_vllm_loads_is_patchified_while_it_decodes(processors, monkeypatch,
+                                                            fresh_decisions):
+    """vLLM's own ``load_bytes`` (with ``vllm-fast-image-decode``) starts the processor vLLM
+    hands out on the rows as they decode; vLLM's ``apply`` then takes that work, and its
+    output equals vLLM's own loader and processor (the plugin reverted)."""
+    from fixtures import decode_corpus
+    from vlm_fastpath.imaging import row_progress
+    from vlm_fastpath.imaging.decode import layer, speculation
+
+    if _status().get("vllm-fast-image-decode", {}).get("status") != "applied":
+        pytest.skip("vLLM's loader does not decode through vlm-fastpath in this release")
+    if not row_progress.supported():
+        pytest.skip("rows cannot be followed on this machine")
+    monkeypatch.setattr(layer, "OVERLAP_PIXELS", 1)
+    _, processor = processors["qwen2.5"]
+    hf_ip = _hf_image_processor(processor)  # handing it out offers it to the decode layer
+    fast = hf_ip.__dict__["_vlm_fast"]
+    assert speculation.offered().fast is fast
+    fills = []
+    fill = fast._fill
+    monkeypatch.setattr(fast, "_fill", lambda *a, **k: (fills.append(1), fill(*a, **k))[1])
+    # the settings vLLM asks for (bytes, where it normalizes on the device) are learnt from a
+    # call, as vLLM's start-up profiling run makes one before any request
+    _run(processor, [_image(5, 300, 200)])
+    for size, fmt in (((1203, 917), "JPEG"), ((1176, 840), "PNG")):
+        data = decode_corpus.save(
+            PIL.Image.fromarray(decode_corpus.photo_like(*size, seed=size[0])), fmt)
+        loaded = _image_media_io().load_bytes(data)
+        before = len(fills)
+        with_plugin = _run(processor, [getattr(loaded, "media", loaded)])
+        assert len(fills) == before, "vLLM's apply computed what the loader had prepared"
+        vlm_fastpath.revert("vllm")
+        assert speculation.offered().start("RGB", None, None) is None  # reverted: no work
+        loaded = _image_media_io().load_bytes(data)
+        without = _run(processor, [getattr(loaded, "media", loaded)])
+        vlm_fastpath.apply("vllm")
+        _assert_same(with_plugin, without)

@@ -28,6 +28,9 @@ from PIL import Image
 # Modes held here, with the shape numpy gives a Pillow image of that mode (``np.asarray``).
 CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 _FILL_LOCK = threading.Lock()
+# Attributes a copy that shares the pixels keeps: work prepared on them while they decoded
+# (``speculation``; vLLM's EXIF step answers a copy for every image that needs no turn).
+CARRIED = ("_vlm_fastpath_prepared",)
 
 
 def supported() -> bool:
@@ -122,7 +125,11 @@ class DecodedImage(Image.Image):
         held = self.held()
         if held is None:
             return super().copy()
-        return DecodedImage(held, self.mode, self._copy_info())
+        twin = DecodedImage(held, self.mode, self._copy_info())
+        for name in CARRIED:  # same pixels, so the same work stands for the copy
+            if name in self.__dict__:
+                twin.__dict__[name] = self.__dict__[name]
+        return twin
 
     __copy__ = copy
 

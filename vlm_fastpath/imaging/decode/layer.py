@@ -17,11 +17,17 @@ from typing import Any
 import numpy as np
 from PIL import Image, features
 
+from ... import settings
 from ..output_pool import empty_output
 from ..resize_pool import POOL_THREAD_PREFIX, get_pool, pool_size
-from . import codecs, decoded_image, jpeg_parts, variants, verified
+from ..row_progress import RowProgress
+from ..row_progress import supported as rows_followable
+from . import codecs, decoded_image, jpeg_parts, speculation, variants, verified
 
 ENV_SWITCH = "VLM_FASTPATH_FAST_DECODE"  # "0": off; "all": also exact-but-not-faster rows
+# From this many pixels on, the offered processor starts on the rows as they are decoded
+# (speculation): below it a decode is over before sharing it pays.
+OVERLAP_PIXELS = 1 << 21
 _CODEC_NAMES = ("libjpeg_turbo", "zlib_ng", "webp")
 
 
@@ -130,13 +136,46 @@ def decode_opened(image: Any) -> Image.Image | None:
                    (height, width, channels), np.uint8)
     if variant == "jpeg-ycbcr" and _in_parts(data, out):
         return _as_loaded(image, out, variant)
+    progress, prepared = _speculate(image, variant, data, out)
     try:
         pixels = decode(data, out)
     except Exception:  # noqa: BLE001 - the library refused it: Pillow decides, errors included
-        return None
+        pixels = None
     if not _filled(pixels, out):
+        if progress is not None:
+            progress.abort()  # the work stops; nothing it wrote is used
         return None
-    return _as_loaded(image, out, variant)
+    if progress is not None:
+        progress.done()
+    loaded = _as_loaded(image, out, variant)
+    if prepared is not None and decoded_image.held_pixels(loaded) is not None:
+        speculation.attach(loaded, prepared)
+    return loaded
+
+
+def _speculate(image: Image.Image, variant: str, data: bytes, out: np.ndarray
+               ) -> tuple[RowProgress | None, speculation.Prepared | None]:
+    """The offered processor's work on ``out``, started before the decode fills it
+    (``speculation``, ``row_progress``); ``(None, None)`` where it is not started: no offer,
+    a small image, rows that do not come in order, a machine where they cannot be followed,
+    a pool thread (its work would queue behind it), or the switch off."""
+    width, height = image.size
+    if (width * height < OVERLAP_PIXELS or not settings.decode_overlap_enabled()
+            or not decoded_image.supported() or not variants.rows_in_order(variant, data)
+            or threading.current_thread().name.startswith(POOL_THREAD_PREFIX)):
+        return None, None
+    speculator = speculation.offered()
+    if speculator is None or not rows_followable():
+        return None, None
+    progress = RowProgress(out)
+    progress.mark()
+    try:
+        prepared = speculator.start(image.mode, out, progress)
+    except Exception:  # noqa: BLE001 - speculation never costs the decode anything
+        prepared = None
+    if prepared is None:
+        return None, None
+    return progress, prepared
 
 
 def _in_parts(data: bytes, out: np.ndarray) -> bool:

@@ -78,6 +78,15 @@ def _png_chunks_plain(data: bytes) -> bool:
     return False
 
 
+def rows_in_order(variant: str, data: bytes) -> bool:
+    """The variant's decoder writes each output row once, top to bottom (what
+    ``row_progress`` needs): JPEG (a progressive one too: its rows come out in one last
+    pass), and PNG unless interlaced (Adam7 writes rows in seven passes)."""
+    if variant in ("jpeg-ycbcr", "jpeg-gray"):
+        return True
+    return variant == "png-8bit" and len(data) > 28 and data[28] == 0
+
+
 def _webp(image: Image.Image, data: bytes) -> str | None:
     if not (data.startswith(b"RIFF") and data[8:12] == b"WEBP"):
         return None

@@ -20,6 +20,7 @@ from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
 from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiConfigError
 
 from ..core.containment import LEDGER, call_contained
+from .speculative_offer import SpeculativeOffer
 
 # Keys of a preprocessor_config.json that describe how it was loaded, not the processor.
 _LOADER_KEYS = frozenset(
@@ -48,6 +49,9 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
         self.num_frames_per_chunk = self._fused.num_frames_per_chunk
         self._vlm_patch = type(self).patch_name
         self._vlm_engine_class = type(self).engine_class
+        # the engine's loader may start ours on a large image while it decodes
+        self._vlm_offer = SpeculativeOffer(self._fused, self._vlm_patch)
+        self._vlm_offer.offer()
         self._vlm_engine_fallback: Callable[[], Any] | None = None
 
     def bind_engine(self, patch: str, fallback: Callable[[], Any]) -> None:
@@ -134,6 +138,10 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
         if isinstance(medias, (list, tuple)) and not medias:
             return BatchFeature(data={}, tensor_type=return_tensors)
         probed_apart = self._has_engine() and self._probe_clause()
+        offer = self.__dict__.get("_vlm_offer")
+        if offer is not None and not probed_apart:
+            offer.patch = self.serving_patch  # ``bind_engine`` may have named another
+            offer.offer()  # the latest processor called is the one to guess
 
         def fast() -> BatchFeature:
             out = self._fused.preprocess(

@@ -28,6 +28,7 @@ from typing import Any
 from ..._log import get_logger
 from ...qwen_integration.hf_config import SUPPORTED_CLASSES
 from ..core.containment import call_contained
+from .speculative_offer import SpeculativeOffer
 
 logger = get_logger("vlm_fastpath.patches")
 
@@ -185,6 +186,8 @@ def twin_of(hf_processor: Any, patch: str) -> tuple[Any | None, str]:
         twin.__dict__["_vlm_original"] = hf_processor
         twin.__dict__["_vlm_fast"] = FastQwen2VLImageProcessor.from_hf(hf_processor)
         twin.__dict__["_vlm_patch"] = patch
+        twin.__dict__["_vlm_offer"] = SpeculativeOffer(twin.__dict__["_vlm_fast"], patch,
+                                                       _active)
     else:
         logger.info(
             "vlm_fastpath: %s keeps the engine's %s: %s", patch, type(hf_processor).__name__, reason
@@ -237,7 +240,13 @@ def processor_view(hf_processor: Any, patch: str) -> Any:
             weakref.finalize(hf_processor, _VIEWS.pop, key, None)
         except TypeError:
             pass
-    return hf_processor if view is None else view
+    if view is None:
+        return hf_processor
+    offer = view.image_processor.__dict__.get("_vlm_offer")
+    if offer is not None and _active(patch):
+        offer.offer()  # the engine's loader may start it on its next image
+    return view
+
 
 
 def forget_views() -> None:

@@ -1,0 +1,352 @@
+"""Qwen pixel_values made while the image decodes (``decode.speculation``, ``row_progress``).
+
+The reference is transformers' own Qwen2-VL processor on the image Pillow loads from the same
+bytes. The decoders are the verified codec libraries, and also those libraries behind a slow,
+adversarial writer (rows in bursts, each row's tail before its body): work that ran ahead of
+the rows would read marks or zeros, and the pixel_values would differ.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from fixtures import decode_corpus
+from tests.qwen_integration.helpers import CONFIGS, assert_same, hf_classes, hf_kwargs
+from vlm_fastpath.imaging import decode, row_progress
+from vlm_fastpath.imaging.decode import layer, speculation
+from vlm_fastpath.imaging.row_progress import MARK
+from vlm_fastpath.qwen_integration import FastQwen2VLImageProcessor, speculative
+
+pytestmark = [
+    pytest.mark.skipif(decode.unavailable_reason() is not None,
+                       reason=f"no verified codec library here: {decode.unavailable_reason()}"),
+    pytest.mark.skipif(not row_progress.supported(),
+                       reason="rows cannot be followed on this machine"),
+]
+
+UINT8 = {"do_rescale": False, "do_normalize": False}
+
+
+class Spy:
+    """Counts the processor's own fills, and keeps every speculation started."""
+
+    def __init__(self, fast: FastQwen2VLImageProcessor, monkeypatch: pytest.MonkeyPatch):
+        self.fills = 0
+        self.started: list[speculation.Prepared] = []
+        original_fill = fast._fill
+        original_start = speculative.start
+
+        def fill(*args: Any, **kwargs: Any) -> None:
+            self.fills += 1
+            original_fill(*args, **kwargs)
+
+        def start(*args: Any, **kwargs: Any) -> Any:
+            prepared = original_start(*args, **kwargs)
+            if prepared is not None:
+                self.started.append(prepared)
+            return prepared
+
+        monkeypatch.setattr(fast, "_fill", fill)
+        monkeypatch.setattr(speculative, "start", start)
+
+
+@pytest.fixture(scope="module", params=["float32", "uint8"])
+def pair(request):
+    hf = hf_classes()["torchvision"](**hf_kwargs(CONFIGS["qwen2.5-vl"]),
+                                     **(UINT8 if request.param == "uint8" else {}))
+    return hf, FastQwen2VLImageProcessor.from_hf(hf)
+
+
+@pytest.fixture
+def offered(pair, monkeypatch):
+    """The fast processor offered, every size speculated on; the offer withdrawn after."""
+    hf, fast = pair
+    monkeypatch.setattr(layer, "OVERLAP_PIXELS", 1)
+    speculation.offer(fast)
+    spy = Spy(fast, monkeypatch)
+    yield hf, fast, spy
+    speculation.withdraw(fast)
+
+
+def _slow_writer(decode_fn, fail_at: int | None = None):
+    """``decode_fn`` into a scratch array, then its rows into ``out`` as a slow decoder would
+    write them: one at a time, each row's tail first (``test_row_progress``)."""
+
+    def slow(data: bytes, out: np.ndarray) -> np.ndarray:
+        scratch = decode_fn(data, np.empty_like(out))
+        rows, src = out.reshape(out.shape[0], -1), scratch.reshape(out.shape[0], -1)
+        tail = min(MARK.shape[0], rows.shape[1])
+        for r in range(rows.shape[0]):
+            if r == fail_at:
+                raise ValueError("Premature end of JPEG file")
+            rows[r, -tail:] = src[r, -tail:]
+            time.sleep(0.00002)  # every row: work that reads a row early finds it unwritten
+            rows[r, :-tail] = src[r, :-tail]
+        return out
+
+    return slow
+
+
+@pytest.fixture
+def slow_decoders(monkeypatch):
+    for variant in ("jpeg-ycbcr", "png-8bit"):
+        real = layer.decoder_for(variant)
+        assert real is not None
+        monkeypatch.setitem(layer._DECODERS, variant, _slow_writer(real))
+
+
+def _pillow(data: bytes) -> Image.Image:
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
+
+
+def _encoded(width: int, height: int, fmt: str, seed: int = 0, **params: Any) -> bytes:
+    image = Image.fromarray(decode_corpus.photo_like(width, height, seed=seed))
+    return decode_corpus.save(image, fmt, **params)
+
+
+# resized on both sides; already whole merge blocks (only patchified); one merge row
+SIZES = [(1203, 917), (1176, 840), (1000, 300), (56, 28)]
+
+
+def _check(hf, fast, spy, data: bytes, taken: bool = True) -> None:
+    fills = spy.fills
+    ours = decode.decode_bytes(data)
+    got = fast(images=[ours], return_tensors="pt")
+    assert_same(hf(images=[_pillow(data)], return_tensors="pt"), got)
+    assert (spy.fills == fills) is taken, "the speculative result was (not) taken"
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_pixel_values_made_while_decoding(offered, fmt, size):
+    hf, fast, spy = offered
+    _check(hf, fast, spy, _encoded(*size, fmt, quality=90) if fmt == "JPEG" else
+           _encoded(*size, fmt))
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_strips_wait_for_their_rows(offered, slow_decoders, fmt, size):
+    hf, fast, spy = offered
+    _check(hf, fast, spy, _encoded(*size, fmt, seed=3))
+
+
+def test_photographs(offered):
+    hf, fast, spy = offered
+    for item in decode_corpus.photographs():
+        if Image.open(io.BytesIO(item.data)).mode == "RGB" and item.fast:
+            # libwebp's rows do not come in order (alpha, filters): decoded, then processed
+            _check(hf, fast, spy, item.data, taken=not item.name.startswith("webp"))
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(width=st.integers(28, 700), height=st.integers(28, 700),
+       fmt=st.sampled_from(["JPEG", "PNG"]), quality=st.integers(40, 100),
+       progressive=st.booleans())
+def test_any_size_and_quality(offered, slow_decoders, width, height, fmt, quality,
+                              progressive):
+    hf, fast, spy = offered
+    params = {"quality": quality, "progressive": progressive} if fmt == "JPEG" else {}
+    plan = fast._plan(fast.config, height, width)
+    # one side resized and not the other: the processor's other path, not speculated on
+    served = (plan.height == height) == (plan.width == width)
+    _check(hf, fast, spy, _encoded(width, height, fmt, seed=width + height, **params),
+           taken=served)
+
+
+def test_a_failed_decode_stops_the_work_and_pillow_decides(offered, monkeypatch):
+    hf, fast, spy = offered
+    real = layer.decoder_for("jpeg-ycbcr")
+    monkeypatch.setitem(layer._DECODERS, "jpeg-ycbcr", _slow_writer(real, fail_at=500))
+    data = _encoded(1203, 917, "JPEG")
+    ours = decode.decode_bytes(data)  # the fast decoder failed: Pillow decoded it
+    assert type(ours) is not layer.decoded_image.DecodedImage
+    assert len(spy.started) == 1
+    with pytest.raises(speculative.DecodeAborted):
+        spy.started[0].future.result(timeout=10)
+    fills = spy.fills
+    assert_same(hf(images=[_pillow(data)], return_tensors="pt"),
+                fast(images=[ours], return_tensors="pt"))
+    assert spy.fills == fills + 1
+
+
+def test_other_settings_do_not_take_it_and_it_is_taken_once(offered):
+    hf, fast, spy = offered
+    data = _encoded(1203, 917, "JPEG")
+    ours = decode.decode_bytes(data)
+    ref = _pillow(data)
+    small = {"max_pixels": 300_000}
+    fills = spy.fills
+    assert_same(hf(images=[ref], return_tensors="pt", **small),
+                fast(images=[ours], return_tensors="pt", **small))
+    assert spy.fills == fills + 1  # other settings: computed
+    copy = ours.copy()  # what vLLM's EXIF step hands on: the work goes with it
+    assert_same(hf(images=[ref], return_tensors="pt"), fast(images=[copy], return_tensors="pt"))
+    assert spy.fills == fills + 1  # taken
+    assert_same(hf(images=[ref], return_tensors="pt"), fast(images=[ours], return_tensors="pt"))
+    assert spy.fills == fills + 2  # only once, also through the original
+
+
+def test_a_filled_store_or_another_processor_is_not_served(offered):
+    hf, fast, spy = offered
+    data = _encoded(1203, 917, "PNG")
+    ours = decode.decode_bytes(data)
+    ours.im  # noqa: B018 - Pillow's store filled: the pixels could change from here on
+    fills = spy.fills
+    ref = _pillow(data)
+    assert_same(hf(images=[ref], return_tensors="pt"), fast(images=[ours], return_tensors="pt"))
+    assert spy.fills == fills + 1
+    other = FastQwen2VLImageProcessor.from_hf(hf)
+    ours = decode.decode_bytes(data)
+    assert_same(hf(images=[ref], return_tensors="pt"), other(images=[ours], return_tensors="pt"))
+    assert_same(hf(images=[ref], return_tensors="pt"), fast(images=[ours], return_tensors="pt"))
+    assert spy.fills == fills + 1  # the offered processor took its own
+
+
+def test_where_nothing_is_started(offered, monkeypatch):
+    hf, fast, spy = offered
+    gray = decode_corpus.save(Image.fromarray(decode_corpus.photo_like(300, 200, 1, 1)), "JPEG")
+    interlaced = decode_corpus.interlaced_png(decode_corpus.photo_like(300, 200, 2))
+    for data in (gray, interlaced):
+        _check(hf, fast, spy, data, taken=False)
+    monkeypatch.setenv("VLM_FASTPATH_DECODE_OVERLAP", "0")
+    _check(hf, fast, spy, _encoded(300, 200, "JPEG"), taken=False)
+    monkeypatch.delenv("VLM_FASTPATH_DECODE_OVERLAP")
+    monkeypatch.setattr(layer, "OVERLAP_PIXELS", 300 * 200 + 1)
+    _check(hf, fast, spy, _encoded(300, 200, "JPEG"), taken=False)
+    monkeypatch.setattr(layer, "OVERLAP_PIXELS", 1)
+    speculation.withdraw(fast)
+    _check(hf, fast, spy, _encoded(300, 200, "JPEG"), taken=False)
+    assert not spy.started or all(p.owner is fast for p in spy.started)
+    assert len(spy.started) == 0
+
+
+def test_several_loaders_at_once(offered):
+    hf, fast, spy = offered
+    items = [_encoded(400 + 37 * k, 300 + 11 * k, "JPEG" if k % 2 else "PNG", seed=k)
+             for k in range(6)]
+    decoded: dict[int, Image.Image] = {}
+
+    def load(k: int) -> None:
+        decoded[k] = decode.decode_bytes(items[k])
+
+    threads = [threading.Thread(target=load, args=(k,)) for k in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    fills = spy.fills
+    for k, data in enumerate(items):
+        assert_same(hf(images=[_pillow(data)], return_tensors="pt"),
+                    fast(images=[decoded[k]], return_tensors="pt"))
+    assert spy.fills == fills
+
+
+# -- Kimi: the resampler's band kernel on the rows as they decode ------------------------------
+@pytest.fixture(scope="module")
+def kimi():
+    from fixtures.reference_kimi import KIMI_K25_CFG
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor
+
+    return FusedKimiProcessor(KIMI_K25_CFG)
+
+
+@pytest.fixture(params=["float32", "uint8"])
+def kimi_offered(kimi, request, monkeypatch):
+    """Kimi offered, every size speculated on, its fills counted; the output kind (bytes or
+    float32) learnt from a first call, as from the engine's start-up."""
+    from vlm_fastpath.kimi_integration import speculative as kimi_speculative
+
+    uint8 = request.param == "uint8"
+    monkeypatch.setattr(layer, "OVERLAP_PIXELS", 1)
+    flags = {"do_rescale": False, "do_normalize": False} if uint8 else {}
+    kimi.preprocess([{"type": "image", "image": Image.new("RGB", (64, 48))}], **flags)
+    counts = {"fills": 0, "started": 0}
+    fill, start = kimi._fill, kimi_speculative.start
+
+    def counted_fill(*args: Any, **kwargs: Any) -> None:
+        counts["fills"] += 1
+        fill(*args, **kwargs)
+
+    def counted_start(*args: Any, **kwargs: Any) -> Any:
+        prepared = start(*args, **kwargs)
+        counts["started"] += prepared is not None
+        return prepared
+
+    monkeypatch.setattr(kimi, "_fill", counted_fill)
+    monkeypatch.setattr(kimi_speculative, "start", counted_start)
+    speculation.offer(kimi)
+    yield kimi, uint8, counts
+    speculation.withdraw(kimi)
+
+
+def _check_kimi(kimi, uint8: bool, counts: dict, data: bytes) -> None:
+    from fixtures.reference_kimi import KIMI_K25_CFG
+    from tests.kimi_integration.helpers import assert_parity, img
+    from vlm_fastpath.kimi_integration.navit_resize import plan_image
+
+    fills = counts["fills"]
+    ours = decode.decode_bytes(data)
+    assert_parity(kimi, [img(ours)], KIMI_K25_CFG, oracle_medias=[img(_pillow(data))],
+                  uint8=uint8)
+    plan = plan_image(kimi.config, *ours.size)
+    resized = (plan.new_width, plan.new_height) != ours.size  # else the patch kernel's path
+    assert (counts["fills"] == fills) is resized, "the speculative result was (not) taken"
+
+
+KIMI_SIZES = [(1203, 917), (3001, 2203), (700, 1400), (60, 45)]
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("size", KIMI_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_kimi_pixel_values_made_while_decoding(kimi_offered, fmt, size):
+    _check_kimi(*kimi_offered, _encoded(*size, fmt, seed=size[1]))
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("size", KIMI_SIZES[::2], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_kimi_strips_wait_for_their_rows(kimi_offered, slow_decoders, fmt, size):
+    _check_kimi(*kimi_offered, _encoded(*size, fmt, seed=size[0]))
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(width=st.integers(8, 900), height=st.integers(8, 900),
+       fmt=st.sampled_from(["JPEG", "PNG"]))
+def test_kimi_any_size(kimi_offered, slow_decoders, width, height, fmt):
+    _check_kimi(*kimi_offered, _encoded(width, height, fmt, seed=width * 3 + height))
+
+
+def test_kimi_failed_decode_and_other_output_kind(kimi_offered, monkeypatch):
+    from tests.kimi_integration.helpers import img
+    from vlm_fastpath.kimi_integration import speculative as kimi_speculative
+
+    kimi, uint8, counts = kimi_offered
+    data = _encoded(3001, 2203, "PNG")  # resized (1203x917 would only be padded)
+    ours = decode.decode_bytes(data)
+    other = {} if uint8 else {"do_rescale": False, "do_normalize": False}
+    fills = counts["fills"]
+    kimi.preprocess([img(ours)], **other)  # the other output kind: computed
+    assert counts["fills"] == fills + 1
+    real = layer.decoder_for("png-8bit")
+    monkeypatch.setitem(layer._DECODERS, "png-8bit", _slow_writer(real, fail_at=300))
+    seen: list[speculation.Prepared] = []
+    start = kimi_speculative.start
+    monkeypatch.setattr(kimi_speculative, "start",
+                        lambda *a, **k: seen.append(start(*a, **k)) or seen[-1])
+    ours = decode.decode_bytes(data)
+    assert type(ours) is not layer.decoded_image.DecodedImage  # Pillow decoded it
+    with pytest.raises(kimi_speculative.DecodeAborted):
+        seen[0].future.result(timeout=10)

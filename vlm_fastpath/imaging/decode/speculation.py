@@ -1,0 +1,108 @@
+"""Work started on an image while it decodes, kept on the decoded image for the call that wants it.
+
+Why: an engine's loader decodes an image and returns; its processor runs later. Errors must
+stay the loader's (issue #30), so the loader must still return only after the whole decode,
+but the processor's work on the first rows can start as soon as they are decoded
+(``row_progress``) if something says, inside the loader, what that work will be.
+
+How: a processor that an engine hands out is *offered* here (the latest offer wins; held
+weakly). The decode layer asks the offered speculator to :meth:`Speculator.start` on a large
+image's buffer before decoding it; what it returns is attached to the decoded image. The
+processor, when called with that image, :func:`take`s it, but only for its own key (its
+settings as resolved for that call), and only while the image still holds the decoded array
+(nothing can have changed its pixels). Anything else -- another processor, other settings, a
+filled Pillow store, a failed decode -- leaves the work unused, and the processor does its
+own; a wrong guess costs CPU, never pixels.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Hashable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..row_progress import RowProgress
+from .decoded_image import CARRIED, held_pixels
+
+_LOCK = threading.Lock()
+_OFFERED: list[weakref.ref[Any]] = []
+_ATTRIBUTE = CARRIED[0]
+
+
+class Speculator(Protocol):
+    def start(self, mode: str, pixels: np.ndarray, progress: RowProgress) -> Prepared | None:
+        """Work on ``pixels`` (the buffer being decoded, ``[H, W, C]`` of ``mode``) that waits
+        for its rows through ``progress``; None where this image is not worth it."""
+
+
+@dataclass(eq=False)
+class Prepared:
+    """What :meth:`Speculator.start` began: ``future`` gives the result for ``key``."""
+
+    owner: Any
+    key: Hashable
+    future: Future[Any]
+    _claim: threading.Lock = field(default_factory=threading.Lock)
+
+    def claim(self) -> bool:
+        """True once: the one caller that may use the result (two tensors must never share
+        one output)."""
+        return self._claim.acquire(blocking=False)
+
+
+def offer(speculator: Any) -> None:
+    """``speculator`` is what this process's engine will call on the next decoded image."""
+    with _LOCK:
+        if _OFFERED and _OFFERED[0]() is speculator:
+            return
+        _OFFERED[:] = [weakref.ref(speculator)]
+
+
+def withdraw(speculator: Any) -> None:
+    with _LOCK:
+        if _OFFERED and _OFFERED[0]() is speculator:
+            _OFFERED.clear()
+
+
+def offered() -> Any | None:
+    with _LOCK:
+        return _OFFERED[0]() if _OFFERED else None
+
+
+def attach(image: Any, prepared: Prepared) -> None:
+    setattr(image, _ATTRIBUTE, prepared)
+
+
+def pending(image: Any) -> bool:
+    """Work was started on ``image`` and not taken yet."""
+    return getattr(image, _ATTRIBUTE, None) is not None
+
+
+def take(image: Any, owner: Any, key: Hashable) -> Any | None:
+    """The result prepared on ``image`` for ``owner`` and ``key`` (waiting for it), handed out
+    once (also across copies of the image, which carry it); None when there is none, another
+    call took it, or it failed."""
+    prepared = getattr(image, _ATTRIBUTE, None)
+    if prepared is None or prepared.owner is not owner or held_pixels(image) is None:
+        return None
+    if prepared.key != key or not prepared.claim():
+        return None
+    try:
+        delattr(image, _ATTRIBUTE)
+    except AttributeError:
+        pass
+    try:
+        return prepared.future.result()
+    except Exception:  # noqa: BLE001 - the speculative work failed: the caller does its own
+        return None
+
+
+def drop(image: Any) -> None:
+    """Forget any work prepared on ``image`` (it still finishes on its thread)."""
+    if getattr(image, _ATTRIBUTE, None) is not None:
+        delattr(image, _ATTRIBUTE)

@@ -1,0 +1,72 @@
+"""A Kimi image's pixel_values, made strip by strip while the engine's loader decodes it.
+
+Why and how as for Qwen (``qwen_integration.speculative``; ``imaging.decode.speculation``):
+the offered processor starts on a large image while its rows decode. Kimi writes patches row
+by row, so patch rows ``g0 .. g1`` are one contiguous slice of the output; the resampler's
+band kernel runs them on the decoded array in place once the source rows their vertical taps
+read are decoded (``row_progress``), on one thread while the decoder holds the other core and
+on every thread once it is done. Same kernel, taps and table as a call, so the same bytes;
+the call takes the result only for equal settings and plan.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..imaging.decode.speculation import Prepared
+from ..imaging.job_loop import even_edges
+from ..imaging.output_pool import empty_output
+from ..imaging.resample import (
+    array_band_args,
+    kernel_enabled,
+    run_patch_rows,
+    source_rows_read,
+)
+from ..imaging.resize_pool import get_pool, pool_size
+from ..imaging.row_progress import RowProgress
+from .navit_resize import plan_image
+
+STRIPS = 12  # as Qwen's (``qwen_integration.speculative.STRIPS``)
+
+
+class DecodeAborted(RuntimeError):
+    """The decode under a speculative call failed; its result is not used."""
+
+
+def start(processor: Any, mode: str, pixels: np.ndarray, progress: RowProgress
+          ) -> Prepared | None:
+    """The processor's call on ``pixels`` (RGB, being decoded) with the output kind of its
+    latest call, started on the pool; None where a call would not resize it with the band
+    kernel (another mode, the kernel off, an image kept at its size)."""
+    if mode != "RGB" or pixels.ndim != 3 or pixels.shape[2] != 3 or not kernel_enabled():
+        return None
+    height, width = pixels.shape[:2]
+    plan = plan_image(processor.config, width, height)
+    if (plan.new_width, plan.new_height) == (width, height):
+        return None
+    flags = processor.last_flags
+    lut = processor._lut(*flags)
+    p = plan.patch_size
+    out = empty_output((plan.num_patches, 3, p, p), lut.dtype)
+    future = get_pool().submit(_run, pixels, progress, plan, lut, out)
+    return Prepared(processor, key(flags, plan), future)
+
+
+def key(flags: tuple[bool, bool], plan: Any) -> tuple[Any, Any]:
+    """What a call must match to take the result: ``(do_rescale, do_normalize)`` and plan."""
+    return (flags, plan)
+
+
+def _run(pixels: np.ndarray, progress: RowProgress, plan: Any, lut: np.ndarray,
+         out: np.ndarray) -> np.ndarray:
+    p = plan.patch_size
+    args = array_band_args(pixels, plan.new_width, plan.new_height)
+    edges = even_edges(plan.grid_h, max(1, min(STRIPS, plan.grid_h)))
+    for g0, g1 in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        if progress.wait(source_rows_read(args, p, g0, g1)) < 0:
+            raise DecodeAborted("the decode failed")
+        workers = pool_size() if progress.finished else max(1, pool_size() - 1)
+        run_patch_rows(args, lut, out, plan.grid_w, p, g0, g1, workers)
+    return out
