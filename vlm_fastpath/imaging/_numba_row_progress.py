@@ -20,6 +20,12 @@ from numba.extending import intrinsic
 from vlm_fastpath.imaging.row_progress import ABORTED, DONE, STATE
 
 _sched_yield = types.ExternalFunction("sched_yield", types.int32())
+_usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
+# Polls without news before a waiter sleeps between polls: rows of a large baseline JPEG come
+# every few microseconds, but a progressive one writes none until its last pass, and a waiter
+# that only yielded would keep a core busy all that time.
+SPINS = 256
+NAP_US = 100
 
 
 @intrinsic
@@ -65,6 +71,7 @@ def wait_rows(rows, mark, state, need, start):  # noqa: ANN001, ANN201
     done), or -1 when it was aborted. ``start``: rows already known written."""
     height = rows.shape[0]
     known = start
+    idle = 0
     while True:
         flag = _load_acquire(state, STATE)
         if flag == DONE:
@@ -74,7 +81,13 @@ def wait_rows(rows, mark, state, need, start):  # noqa: ANN001, ANN201
         first = _first_marked(rows, mark, max(known, 0))
         # every row before the first still marked one is finished, except that row's
         # predecessor, whose mark may be gone while it is still being written
-        known = max(known, first - 1)
+        if first - 1 > known:
+            known = first - 1
+            idle = 0
         if known >= need:
             return known
-        _sched_yield()
+        idle += 1
+        if idle < SPINS:
+            _sched_yield()
+        else:
+            _usleep(NAP_US)
