@@ -12,7 +12,9 @@ Sides, on the same encoded bytes, in one process, calls alternated, medians:
   (``RustMmSpec``, resample ``aten_u8``).
 - vlm-fastpath: SGLang's own ``load_image`` on the bytes with ``sglang-fast-image-decode``
   applied (Pillow opens, the verified codec library decodes, the decoder's array handed on),
-  then ``FastQwen2VLImageProcessor`` mirrored from transformers' ``Qwen2VLImageProcessor``.
+  then ``FastQwen2VLImageProcessor`` mirrored from transformers' ``Qwen2VLImageProcessor``,
+  offered to the decode layer as SGLang's Qwen patch offers it (from 2 MP a JPEG or PNG is
+  patchified while it decodes).
 
 Exactness, every row, both sides: ``torch.equal`` against transformers' ``Qwen2VLImageProcessor``
 (torchvision) on the image Pillow loads from the same bytes. Target (issue #30): ours faster on
@@ -71,6 +73,7 @@ def ours_and_reference() -> tuple[Callable[[bytes], Any], Callable[[bytes], Any]
 
     import vlm_fastpath
     from vlm_fastpath.bench.checkpoints import QWEN25_VL_CFG
+    from vlm_fastpath.imaging.decode import speculation
     from vlm_fastpath.qwen_integration import FastQwen2VLImageProcessor
 
     vlm_fastpath.apply("sglang", ["sglang-fast-image-decode"])
@@ -82,6 +85,9 @@ def ours_and_reference() -> tuple[Callable[[bytes], Any], Callable[[bytes], Any]
             if k not in ("image_processor_type", "processor_class")}
     hf = Qwen2VLImageProcessor(**args)
     fast = FastQwen2VLImageProcessor.from_hf(hf)
+    # as SGLang's Qwen patch offers the processor it hands out: a large JPEG or PNG is
+    # patchified strip by strip while SGLang's loader decodes it (imaging.decode.speculation)
+    speculation.offer(fast)
 
     def ours(data: bytes) -> Any:
         image, _ = common.load_image(data, gpu_image_decode=False)

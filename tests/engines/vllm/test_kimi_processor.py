@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 
+import PIL.Image
 import pytest
 import torch
 from packaging.version import Version
@@ -103,6 +105,36 @@ def test_serialization_round_trip(info):
     again = type(processor).from_dict(as_dict)
     assert again.media_proc_cfg == processor.media_proc_cfg
     assert "FastpathKimiVisionProcessor" in repr(processor)
+
+
+def test_an_image_decoding_is_resized_by_the_processor_vllm_holds(info, monkeypatch):
+    """The processor vLLM holds is offered to the decode layer: a large image's bands are
+    made while it decodes, and vLLM's processor call takes them (the reference's bytes);
+    quarantined, the offer starts nothing."""
+    from fixtures import decode_corpus
+    from vlm_fastpath.imaging import decode, row_progress
+    from vlm_fastpath.imaging.decode import layer, speculation
+    from vlm_fastpath.patches.core.containment import LEDGER
+
+    processor = info.image_processor
+    offer = speculation.offered()
+    assert offer is not None and offer.fast is processor.fused
+    if decode.unavailable_reason() is not None or not row_progress.supported():
+        pytest.skip("no fast decoding, or rows cannot be followed, here")
+    monkeypatch.setattr(layer, "OVERLAP_PIXELS", 1)
+    data = decode_corpus.save(PIL.Image.fromarray(decode_corpus.photo_like(3001, 2203)), "JPEG")
+    fills = []
+    fill = processor.fused._fill
+    monkeypatch.setattr(processor.fused, "_fill",
+                        lambda *a, **k: (fills.append(1), fill(*a, **k))[1])
+    image = decode.decode_bytes(data)
+    out = processor.preprocess([{"type": "image", "image": image}], return_tensors="pt")
+    assert not fills
+    reference = PIL.Image.open(io.BytesIO(data))
+    ref_pixels, _, _ = ref_preprocess([{"type": "image", "image": reference}], KIMI_K25_CFG)
+    assert torch.equal(out["pixel_values"], ref_pixels)
+    monkeypatch.setitem(LEDGER.disabled, processor.serving_patch, "quarantined (test)")
+    assert offer.start("RGB", None, None) is None
 
 
 def test_equals_vllm_fused_processor(model_dir, vllm_version):
