@@ -350,3 +350,30 @@ def test_kimi_failed_decode_and_other_output_kind(kimi_offered, monkeypatch):
     assert type(ours) is not layer.decoded_image.DecodedImage  # Pillow decoded it
     with pytest.raises(kimi_speculative.DecodeAborted):
         seen[0].future.result(timeout=10)
+
+
+def test_a_forked_child_can_offer_while_the_parent_held_the_lock():
+    import os
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    with speculation._LOCK:  # another thread mid-offer when the process forks
+        pid = os.fork()
+        if pid == 0:  # the child: offering must not hang on the inherited lock
+            try:
+                holder = Spy.__new__(Spy)
+                speculation.offer(holder)
+                os._exit(0 if speculation.offered() is holder else 1)
+            except BaseException:  # noqa: BLE001 - any failure is the child's exit code
+                os._exit(2)
+    import signal
+
+    for _ in range(500):  # 10 s
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.WEXITSTATUS(status) == 0
+            return
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError("the child hung on the lock its parent held at fork")

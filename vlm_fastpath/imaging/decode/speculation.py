@@ -17,6 +17,7 @@ own; a wrong guess costs CPU, never pixels.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Hashable
@@ -32,6 +33,16 @@ from .decoded_image import CARRIED, held_pixels
 _LOCK = threading.Lock()
 _OFFERED: list[weakref.ref[Any]] = []
 _ATTRIBUTE = CARRIED[0]
+
+
+def _after_fork_in_child() -> None:
+    """A lock held by another thread at ``fork`` stays held in the child: a new one."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Speculator(Protocol):
