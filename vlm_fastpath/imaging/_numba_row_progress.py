@@ -7,7 +7,8 @@ here reads those marks with atomic loads and learns how far the decoder got.
 How: rows are written in order, each once. So when row ``r``'s mark is gone, the decoder
 has finished every row before ``r`` (x86-64 makes a thread's stores visible to other cores
 in the order it made them; ``row_progress`` checks the machine). Row ``r`` itself counts
-only once a later row's mark is gone, or the decode is over. A row whose real last bytes
+only once a later row's mark is gone, or the decode is over. A waiter far from its rows
+sleeps between polls. A row whose real last bytes
 equal the mark stops the scan there until the decode ends: later, never wrong.
 """
 
@@ -21,11 +22,14 @@ from vlm_fastpath.imaging.row_progress import ABORTED, DONE, STATE
 
 _sched_yield = types.ExternalFunction("sched_yield", types.int32())
 _usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
-# Polls without news before a waiter sleeps between polls: rows of a large baseline JPEG come
-# every few microseconds, but a progressive one writes none until its last pass, and a waiter
-# that only yielded would keep a core busy all that time.
+# A waiter more than NEAR_ROWS rows short of what it needs naps between polls: a 12 MP JPEG
+# writes a row every ~10 us on one core, so a strip's rows take milliseconds, and a waiter that
+# only yielded would keep a core busy all that time (beside an engine's other threads, time
+# the decoder itself loses). Close to its rows, or after SPINS polls without news (a
+# progressive JPEG writes no row until its last pass), the same.
+NEAR_ROWS = 32
 SPINS = 256
-NAP_US = 100
+NAP_US = 200
 
 
 @intrinsic
@@ -87,7 +91,7 @@ def wait_rows(rows, mark, state, need, start):  # noqa: ANN001, ANN201
         if known >= need:
             return known
         idle += 1
-        if idle < SPINS:
+        if idle < SPINS and need - known <= NEAR_ROWS:
             _sched_yield()
         else:
             _usleep(NAP_US)
