@@ -174,7 +174,7 @@ def test_a_failed_decode_stops_the_work_and_pillow_decides(offered, monkeypatch)
     ours = decode.decode_bytes(data)  # the fast decoder failed: Pillow decoded it
     assert type(ours) is not layer.decoded_image.DecodedImage
     assert len(spy.started) == 1
-    with pytest.raises(speculative.DecodeAborted):
+    with pytest.raises(speculation.DecodeAborted):
         spy.started[0].future.result(timeout=10)
     fills = spy.fills
     assert_same(hf(images=[_pillow(data)], return_tensors="pt"),
@@ -348,7 +348,7 @@ def test_kimi_failed_decode_and_other_output_kind(kimi_offered, monkeypatch):
                         lambda *a, **k: seen.append(start(*a, **k)) or seen[-1])
     ours = decode.decode_bytes(data)
     assert type(ours) is not layer.decoded_image.DecodedImage  # Pillow decoded it
-    with pytest.raises(kimi_speculative.DecodeAborted):
+    with pytest.raises(speculation.DecodeAborted):
         seen[0].future.result(timeout=10)
 
 

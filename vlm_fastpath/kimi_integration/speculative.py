@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..imaging.decode.speculation import Prepared
+from ..imaging.decode.speculation import STRIPS, DecodeAborted, Prepared
 from ..imaging.job_loop import even_edges
 from ..imaging.output_pool import empty_output
 from ..imaging.resample import (
@@ -27,12 +27,6 @@ from ..imaging.resample import (
 from ..imaging.resize_pool import get_pool, pool_size
 from ..imaging.row_progress import RowProgress
 from .navit_resize import plan_image
-
-STRIPS = 12  # as Qwen's (``qwen_integration.speculative.STRIPS``)
-
-
-class DecodeAborted(RuntimeError):
-    """The decode under a speculative call failed; its result is not used."""
 
 
 def start(processor: Any, mode: str, pixels: np.ndarray, progress: RowProgress
@@ -65,8 +59,12 @@ def _run(pixels: np.ndarray, progress: RowProgress, plan: Any, lut: np.ndarray,
     args = array_band_args(pixels, plan.new_width, plan.new_height)
     edges = even_edges(plan.grid_h, max(1, min(STRIPS, plan.grid_h)))
     for g0, g1 in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        if progress.finished:
+            # the rest in one job loop on every thread: each loop takes the GIL back, and
+            # beside a thread that runs Python each takeback waits up to 5 ms
+            run_patch_rows(args, lut, out, plan.grid_w, p, g0, plan.grid_h, pool_size())
+            break
         if progress.wait(source_rows_read(args, p, g0, g1)) < 0:
             raise DecodeAborted("the decode failed")
-        workers = pool_size() if progress.finished else max(1, pool_size() - 1)
-        run_patch_rows(args, lut, out, plan.grid_w, p, g0, g1, workers)
+        run_patch_rows(args, lut, out, plan.grid_w, p, g0, g1, max(1, pool_size() - 1))
     return out

@@ -20,28 +20,19 @@ from typing import Any
 
 import numpy as np
 
-from ..imaging.decode.speculation import Prepared
+from ..imaging.decode.speculation import STRIPS, DecodeAborted, Prepared
 from ..imaging.output_pool import empty_output
 from ..imaging.resize_pool import get_pool, pool_size
 from ..imaging.row_progress import RowProgress
 from ..imaging.torch_taps import AxisTaps, axis_taps
 from .patchify_kernel import resize_patchify_frames, vertical_kernels_available
 
-# Strips per image: enough that the first starts early and the last ends soon after the
-# decode; few enough that each job loop is long against its start.
-STRIPS = 12
-
-
-class DecodeAborted(RuntimeError):
-    """The decode under a speculative call failed; its result is not used."""
-
 
 def start(processor: Any, mode: str, pixels: np.ndarray, progress: RowProgress
           ) -> Prepared | None:
     """The processor's call on ``pixels`` (RGB, being decoded) with the settings of its latest
-    call, started on the pool;
-    None where the call would not take the fused kernel (another mode, torch's resize off,
-    one side resized and not the other)."""
+    call, started on the pool; None where the call would not take the fused kernel (another
+    mode, torch's resize off, one side resized and not the other)."""
     if mode != "RGB" or pixels.ndim != 3 or pixels.shape[2] != 3:
         return None
     if not (processor.fuse_vertical_pass and vertical_kernels_available()):
@@ -74,15 +65,21 @@ def _run(pixels: np.ndarray, progress: RowProgress, plan: Any, lut: np.ndarray,
     for g0, g1 in zip(edges[:-1], edges[1:], strict=True):
         if g1 <= g0:
             continue
+        workers = max(1, pool_size() - 1)
+        if progress.finished:
+            # the rest in one job loop on every thread: each loop takes the GIL back, and
+            # beside a thread that runs Python each takeback waits up to 5 ms
+            g1, workers = plan.grid_h, pool_size()
         lo, hi, strip_taps = _source_rows(taps, g0, g1, p)
         if progress.wait(hi) < 0:
             raise DecodeAborted("the decode failed")
-        workers = pool_size() if progress.finished else max(1, pool_size() - 1)
         dest = out[g0 * plan.grid_w : g1 * plan.grid_w]
         frame = (pixels[lo:hi], strip_taps, dest, g1 - g0, plan.grid_w)
         if not resize_patchify_frames([frame], lut, p, m, t, pool=get_pool(),
                                       workers=workers):
             raise RuntimeError("the fused kernel's job loop is missing")
+        if g1 == plan.grid_h:
+            break
     return out
 
 

@@ -30,6 +30,9 @@ import numpy as np
 from ..row_progress import RowProgress
 from .decoded_image import CARRIED, held_pixels
 
+# Strips a speculator cuts an image's output into: enough that the first starts early and the
+# last ends soon after the decode, few enough that each job loop is long against its start.
+STRIPS = 12
 _LOCK = threading.Lock()
 _OFFERED: list[weakref.ref[Any]] = []
 _ATTRIBUTE = CARRIED[0]
@@ -43,6 +46,10 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class DecodeAborted(RuntimeError):
+    """The decode under speculative work failed; that work stops and is not used."""
 
 
 class Speculator(Protocol):
