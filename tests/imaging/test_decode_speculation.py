@@ -377,3 +377,27 @@ def test_a_forked_child_can_offer_while_the_parent_held_the_lock():
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     raise AssertionError("the child hung on the lock its parent held at fork")
+
+
+def test_work_still_queued_is_cancelled_not_waited_for():
+    """A call on a busy pool (or on a pool thread, ahead of the queued work) does the work
+    itself: the queued work is cancelled, never waited for."""
+    from concurrent.futures import Future
+
+    ours = decode.decode_bytes(_encoded(300, 200, "JPEG"))
+    owner = object()
+    queued: Future = Future()
+    speculation.attach(ours, speculation.Prepared(owner, "key", queued))
+    got: list[Any] = []
+    caller = threading.Thread(target=lambda: got.append(speculation.take(ours, owner, "key")),
+                              daemon=True)
+    caller.start()
+    caller.join(5)
+    assert got == [None], "the call waited for work that never started"
+    assert queued.cancelled() and not speculation.pending(ours)
+    running: Future = Future()
+    running.set_running_or_notify_cancel()
+    running.set_result("made")
+    speculation.attach(ours, speculation.Prepared(owner, "key", running))
+    assert speculation.take(ours, owner, "other") is None  # another key: left in place
+    assert speculation.take(ours, owner, "key") == "made"

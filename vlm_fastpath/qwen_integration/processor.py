@@ -318,7 +318,7 @@ class FastQwen2VLImageProcessor:
     __call__ = preprocess
 
     def start(self, mode: str, pixels: np.ndarray, progress: Any) -> Any:
-        """This processor's default call on an image still being decoded
+        """This processor's call, with its latest settings, on an image still being decoded
         (``imaging.decode.speculation``; ``speculative``)."""
         return speculative.start(self, mode, pixels, progress)
 

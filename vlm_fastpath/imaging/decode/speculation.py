@@ -102,9 +102,9 @@ def pending(image: Any) -> bool:
 
 
 def take(image: Any, owner: Any, key: Hashable) -> Any | None:
-    """The result prepared on ``image`` for ``owner`` and ``key`` (waiting for it), handed out
-    once (also across copies of the image, which carry it); None when there is none, another
-    call took it, or it failed."""
+    """The result prepared on ``image`` for ``owner`` and ``key`` (waiting for it if it is
+    being made), handed out once (also across copies of the image, which carry it); None when
+    there is none, another call took it, it never started, or it failed."""
     prepared = getattr(image, _ATTRIBUTE, None)
     if prepared is None or prepared.owner is not owner or held_pixels(image) is None:
         return None
@@ -114,6 +114,10 @@ def take(image: Any, owner: Any, key: Hashable) -> Any | None:
         delattr(image, _ATTRIBUTE)
     except AttributeError:
         pass
+    if prepared.future.cancel():
+        # still queued behind other work on the pool (perhaps behind this very thread): the
+        # caller does it now rather than wait for a thread
+        return None
     try:
         return prepared.future.result()
     except Exception:  # noqa: BLE001 - the speculative work failed: the caller does its own
