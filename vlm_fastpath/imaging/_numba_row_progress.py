@@ -18,8 +18,6 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from vlm_fastpath.imaging.row_progress import ABORTED, DONE, STATE
-
 _sched_yield = types.ExternalFunction("sched_yield", types.int32())
 _usleep = types.ExternalFunction("usleep", types.int32(types.uint32))
 # A waiter more than NEAR_ROWS rows short of what it needs naps between polls: a 12 MP JPEG
@@ -72,15 +70,17 @@ def _first_marked(rows, mark, start):  # noqa: ANN001, ANN201
 def wait_rows(rows, mark, state, need, start):  # noqa: ANN001, ANN201
     """Wait until the first ``need`` rows of ``rows`` (uint8 ``[H, row_bytes]``) are written
     or the decode is over; returns how many rows are known written (``H`` once the decode is
-    done), or -1 when it was aborted. ``start``: rows already known written."""
+    done), or -1 when it was aborted. ``state[0]``: 0 while the decoder runs, positive once it
+    returned its image, negative when it failed (``row_progress``). ``start``: rows already
+    known written."""
     height = rows.shape[0]
     known = start
     idle = 0
     while True:
-        flag = _load_acquire(state, STATE)
-        if flag == DONE:
+        flag = _load_acquire(state, 0)
+        if flag > 0:
             return height
-        if flag == ABORTED:
+        if flag < 0:
             return -1
         first = _first_marked(rows, mark, max(known, 0))
         # every row before the first still marked one is finished, except that row's

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-# state slots and values, shared with the kernel
+# the decode's state, ``state[0]`` as the kernel reads it: running, done (> 0), failed (< 0)
 STATE = 0
-RUNNING, DONE, ABORTED = 0, 1, 2
+RUNNING, DONE, ABORTED = 0, 1, -1
 SLOTS = 1
 # an unlikely tail of a row; a row that really ends so only waits for the decode's end
 MARK = np.array([0xA7, 0x3D, 0x5E, 0xC1], np.uint8)
