@@ -421,3 +421,51 @@ def test_work_still_queued_is_cancelled_not_waited_for():
     speculation.attach(ours, speculation.Prepared(owner, "key", running))
     assert speculation.take(ours, owner, "other") is None  # another key: left in place
     assert speculation.take(ours, owner, "key") == "made"
+
+
+class _ScriptedProgress:
+    """A decode that finishes after ``polls`` waits (or fails there: ``fail``)."""
+
+    def __init__(self, polls: int, fail: bool = False) -> None:
+        self.polls, self.fail, self.asked = polls, fail, []
+
+    @property
+    def finished(self) -> bool:
+        return not self.fail and len(self.asked) >= self.polls
+
+    def wait(self, need: int) -> int:
+        self.asked.append(need)
+        if self.fail and len(self.asked) >= self.polls:
+            return -1
+        return need
+
+
+@settings(max_examples=200, deadline=None)
+@given(units=st.integers(1, 40), step=st.sampled_from([1, 2, 4]), polls=st.integers(0, 15),
+       lag=st.integers(0, 3))
+def test_strips_cover_each_output_row_once_after_the_rows_they_read(units, step, polls, lag):
+    rows = units * step
+    progress = _ScriptedProgress(polls)
+    done: list[tuple[int, int, int]] = []
+
+    def reads(g0: int, g1: int) -> int:
+        return g1 + lag
+
+    def run(g0: int, g1: int, workers: int) -> None:
+        if not progress.finished:  # while decoding, only rows already waited for are read
+            assert progress.asked[-1] >= reads(g0, g1)
+        done.append((g0, g1, workers))
+
+    speculation.run_strips(rows, step, progress, reads, run)
+    covered = [r for g0, g1, _ in done for r in range(g0, g1)]
+    assert covered == list(range(rows))
+    assert all(g0 % step == 0 and g1 % step == 0 for g0, g1, _ in done)
+    assert len(done) <= speculation.STRIPS
+
+
+def test_strips_stop_when_the_decode_fails():
+    ran: list[tuple[int, int]] = []
+    with pytest.raises(speculation.DecodeAborted):
+        speculation.run_strips(48, 2, _ScriptedProgress(3, fail=True), lambda a, b: b,
+                               lambda a, b, w: ran.append((a, b)))
+    assert len(ran) == 2

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..imaging.decode.speculation import STRIPS, DecodeAborted, Prepared
-from ..imaging.job_loop import even_edges
+from ..imaging.decode.speculation import Prepared, run_strips
 from ..imaging.output_pool import empty_output
 from ..imaging.resample import (
     array_band_args,
@@ -24,7 +23,7 @@ from ..imaging.resample import (
     run_patch_rows,
     source_rows_read,
 )
-from ..imaging.resize_pool import get_pool, pool_size
+from ..imaging.resize_pool import get_pool
 from ..imaging.row_progress import RowProgress
 from .navit_resize import plan_image
 
@@ -57,14 +56,9 @@ def _run(pixels: np.ndarray, progress: RowProgress, plan: Any, lut: np.ndarray,
          out: np.ndarray) -> np.ndarray:
     p = plan.patch_size
     args = array_band_args(pixels, plan.new_width, plan.new_height)
-    edges = even_edges(plan.grid_h, max(1, min(STRIPS, plan.grid_h)))
-    for g0, g1 in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
-        if progress.finished:
-            # the rest in one job loop on every thread: each loop takes the GIL back, and
-            # beside a thread that runs Python each takeback waits up to 5 ms
-            run_patch_rows(args, lut, out, plan.grid_w, p, g0, plan.grid_h, pool_size())
-            break
-        if progress.wait(source_rows_read(args, p, g0, g1)) < 0:
-            raise DecodeAborted("the decode failed")
-        run_patch_rows(args, lut, out, plan.grid_w, p, g0, g1, max(1, pool_size() - 1))
+
+    def run(g0: int, g1: int, workers: int) -> None:
+        run_patch_rows(args, lut, out, plan.grid_w, p, g0, g1, workers)
+
+    run_strips(plan.grid_h, 1, progress, lambda g0, g1: source_rows_read(args, p, g0, g1), run)
     return out

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..imaging.decode.speculation import STRIPS, DecodeAborted, Prepared
+from ..imaging.decode.speculation import Prepared, run_strips
 from ..imaging.output_pool import empty_output
-from ..imaging.resize_pool import get_pool, pool_size
+from ..imaging.resize_pool import get_pool
 from ..imaging.row_progress import RowProgress
 from ..imaging.torch_taps import AxisTaps, axis_taps
 from .patchify_kernel import resize_patchify_frames, vertical_kernels_available
@@ -59,27 +59,19 @@ def _run(pixels: np.ndarray, progress: RowProgress, plan: Any, lut: np.ndarray,
     p, m, t = config.patch_size, config.merge_size, config.temporal_patch_size
     height = pixels.shape[0]
     taps = axis_taps(height, plan.height) if plan.height != height else None
-    merge_rows = plan.grid_h // m
-    strips = max(1, min(STRIPS, merge_rows))
-    edges = [round(k * merge_rows / strips) * m for k in range(strips + 1)]
-    for g0, g1 in zip(edges[:-1], edges[1:], strict=True):
-        if g1 <= g0:
-            continue
-        workers = max(1, pool_size() - 1)
-        if progress.finished:
-            # the rest in one job loop on every thread: each loop takes the GIL back, and
-            # beside a thread that runs Python each takeback waits up to 5 ms
-            g1, workers = plan.grid_h, pool_size()
+
+    def reads(g0: int, g1: int) -> int:
+        return _source_rows(taps, g0, g1, p)[1]
+
+    def run(g0: int, g1: int, workers: int) -> None:
         lo, hi, strip_taps = _source_rows(taps, g0, g1, p)
-        if progress.wait(hi) < 0:
-            raise DecodeAborted("the decode failed")
-        dest = out[g0 * plan.grid_w : g1 * plan.grid_w]
-        frame = (pixels[lo:hi], strip_taps, dest, g1 - g0, plan.grid_w)
-        if not resize_patchify_frames([frame], lut, p, m, t, pool=get_pool(),
-                                      workers=workers):
+        frame = (pixels[lo:hi], strip_taps, out[g0 * plan.grid_w : g1 * plan.grid_w],
+                 g1 - g0, plan.grid_w)
+        if not resize_patchify_frames([frame], lut, p, m, t, pool=get_pool(), workers=workers):
             raise RuntimeError("the fused kernel's job loop is missing")
-        if g1 == plan.grid_h:
-            break
+
+    # strips of whole merge rows: a merge row's patches are contiguous in Qwen's output
+    run_strips(plan.grid_h, m, progress, reads, run)
     return out
 
 

@@ -20,13 +20,15 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from ..job_loop import even_edges
+from ..resize_pool import pool_size
 from ..row_progress import RowProgress
 from .decoded_image import CARRIED, held_pixels
 
@@ -71,6 +73,25 @@ class Prepared:
         """True once: the one caller that may use the result (two tensors must never share
         one output)."""
         return self._claim.acquire(blocking=False)
+
+
+def run_strips(rows: int, step: int, progress: RowProgress,
+               reads: Callable[[int, int], int], run: Callable[[int, int, int], None]) -> None:
+    """Output rows ``0 .. rows`` in up to ``STRIPS`` strips of whole ``step`` s, each run once
+    the source rows it reads (``reads(g0, g1)`` is one past the last) are decoded, as
+    ``run(g0, g1, workers)`` on all threads but one while the decoder holds a core; once the
+    decode is over, the rest as one run on every thread (each run takes the GIL back, and
+    beside a thread that runs Python each takeback waits up to 5 ms). Raises
+    :class:`DecodeAborted` when the decode fails first."""
+    units = max(1, rows // step)
+    edges = (even_edges(units, max(1, min(STRIPS, units))) * step).tolist()[:-1] + [rows]
+    for g0, g1 in zip(edges[:-1], edges[1:], strict=True):
+        if progress.finished:
+            run(g0, rows, pool_size())
+            return
+        if progress.wait(reads(g0, g1)) < 0:
+            raise DecodeAborted("the decode failed")
+        run(g0, g1, max(1, pool_size() - 1))
 
 
 def offer(speculator: Any) -> None:
