@@ -22,7 +22,7 @@ from PIL import Image
 from fixtures import decode_corpus
 from tests.qwen_integration.helpers import CONFIGS, assert_same, hf_classes, hf_kwargs
 from vlm_fastpath.imaging import decode, row_progress
-from vlm_fastpath.imaging.decode import layer, speculation
+from vlm_fastpath.imaging.decode import layer, speculation, variants
 from vlm_fastpath.imaging.row_progress import MARK
 from vlm_fastpath.qwen_integration import FastQwen2VLImageProcessor, speculative
 
@@ -98,7 +98,7 @@ def _slow_writer(decode_fn, fail_at: int | None = None):
 
 @pytest.fixture
 def slow_decoders(monkeypatch):
-    for variant in ("jpeg-ycbcr", "png-8bit"):
+    for variant in ("jpeg-ycbcr", "png-8bit", "webp-still"):
         real = layer.decoder_for(variant)
         assert real is not None
         monkeypatch.setitem(layer._DECODERS, variant, _slow_writer(real))
@@ -112,7 +112,13 @@ def _pillow(data: bytes) -> Image.Image:
 
 def _encoded(width: int, height: int, fmt: str, seed: int = 0, **params: Any) -> bytes:
     image = Image.fromarray(decode_corpus.photo_like(width, height, seed=seed))
+    if fmt == "WEBP-lossless":
+        fmt, params = "WEBP", {**params, "lossless": True, "method": 0}
     return decode_corpus.save(image, fmt, **params)
+
+
+# every format whose rows come in order: lossy and lossless WebP too (libwebp)
+FORMATS = ["JPEG", "PNG", "WEBP", "WEBP-lossless"]
 
 
 # resized on both sides; already whole merge blocks (only patchified); one merge row
@@ -138,15 +144,15 @@ def _check(hf, fast, spy, data: bytes, taken: bool = True) -> None:
     assert (spy.fills == fills) is taken, "the speculative result was (not) taken"
 
 
-@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_pixel_values_made_while_decoding(offered, fmt, size):
     hf, fast, spy = offered
-    _check(hf, fast, spy, _encoded(*size, fmt, quality=90) if fmt == "JPEG" else
+    _check(hf, fast, spy, _encoded(*size, fmt, quality=90) if fmt in ("JPEG", "WEBP") else
            _encoded(*size, fmt))
 
 
-@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_the_strips_wait_for_their_rows(offered, slow_decoders, fmt, size):
     hf, fast, spy = offered
@@ -158,19 +164,19 @@ def test_photographs(offered):
     hf, fast, spy = offered
     for item in decode_corpus.photographs():
         if Image.open(io.BytesIO(item.data)).mode == "RGB" and item.fast:
-            # libwebp's rows do not come in order (alpha, filters): decoded, then processed
-            _check(hf, fast, spy, item.data, taken=not item.name.startswith("webp"))
+            _check(hf, fast, spy, item.data)
 
 
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(width=st.integers(28, 700), height=st.integers(28, 700),
-       fmt=st.sampled_from(["JPEG", "PNG"]), quality=st.integers(40, 100),
+       fmt=st.sampled_from(FORMATS), quality=st.integers(40, 100),
        progressive=st.booleans())
 def test_any_size_and_quality(offered, slow_decoders, width, height, fmt, quality,
                               progressive):
     hf, fast, spy = offered
-    params = {"quality": quality, "progressive": progressive} if fmt == "JPEG" else {}
+    params = ({"quality": quality, "progressive": progressive} if fmt == "JPEG" else
+              {"quality": quality} if fmt == "WEBP" else {})
     plan = fast._plan(fast.config, height, width)
     # one side resized and not the other: the processor's other path, not speculated on
     served = (plan.height == height) == (plan.width == width)
@@ -225,6 +231,14 @@ def test_a_filled_store_or_another_processor_is_not_served(offered, slow_decoder
     assert_same(hf(images=[ref], return_tensors="pt"), other(images=[ours], return_tensors="pt"))
     assert_same(hf(images=[ref], return_tensors="pt"), fast(images=[ours], return_tensors="pt"))
     assert spy.fills == fills + 1  # the offered processor took its own
+
+
+def test_webp_rows_come_in_order_unless_alpha_is_written_over_them():
+    found = {item.name: variants.rows_in_order("webp-still", item.data)
+             for item in decode_corpus.webp_items()}
+    assert found == {"webp-lossy": True, "webp-lossless": True, "webp-lossy-alpha": False,
+                     "webp-lossless-alpha": True, "webp-exif-orientation-3": True,
+                     "webp-animated": False}
 
 
 def test_where_nothing_is_started(offered, monkeypatch):
@@ -327,13 +341,13 @@ def _check_kimi(kimi, uint8: bool, counts: dict, data: bytes) -> None:
 KIMI_SIZES = [(1203, 917), (3001, 2203), (700, 1400), (60, 45)]
 
 
-@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("size", KIMI_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_kimi_pixel_values_made_while_decoding(kimi_offered, fmt, size):
     _check_kimi(*kimi_offered, _encoded(*size, fmt, seed=size[1]))
 
 
-@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("size", [(3001, 2203), (2049, 2047)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_kimi_strips_wait_for_their_rows(kimi_offered, slow_decoders, fmt, size):
     _check_kimi(*kimi_offered, _encoded(*size, fmt, seed=size[0]))
@@ -344,7 +358,7 @@ def test_kimi_strips_wait_for_their_rows(kimi_offered, slow_decoders, fmt, size)
 @settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(width=st.integers(8, 900), height=st.integers(8, 900),
-       fmt=st.sampled_from(["JPEG", "PNG"]))
+       fmt=st.sampled_from(FORMATS))
 def test_kimi_any_size(kimi_offered, slow_decoders, width, height, fmt):
     _check_kimi(*kimi_offered, _encoded(width, height, fmt, seed=width * 3 + height))
 

@@ -111,3 +111,68 @@ def test_the_done_flag_counts_every_row_and_bad_buffers_are_refused():
         RowProgress(np.zeros((4, 4), np.float32))
     with pytest.raises(ValueError):
         RowProgress(np.zeros((4, 6), np.uint8)[:, ::2])
+
+
+# -- the codec libraries themselves: what ``decode.variants.rows_in_order`` relies on -------------
+def _followed_decode(decode, data: bytes, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray,
+                                                                            list[int]]:
+    """``decode`` into a marked buffer while a thread copies rows as they are reported."""
+    out = np.empty(shape, np.uint8)
+    progress = RowProgress(out)
+    progress.mark()
+    seen: dict[str, tuple[np.ndarray, list[int]]] = {}
+    waiter = threading.Thread(target=lambda: seen.update(r=_follow(progress, out, 1)))
+    waiter.start()
+    decode(data, out)
+    progress.done()
+    waiter.join(30)
+    copies, reports = seen["r"]
+    return out, copies, reports
+
+
+def _real_codec(variant: str):
+    from vlm_fastpath.imaging.decode import layer
+
+    found = layer.decoder_for(variant)
+    if found is None:
+        pytest.skip(f"no verified {variant} decoder here")
+    return found
+
+
+@pytest.mark.parametrize("variant, fmt, params", [
+    ("jpeg-ycbcr", "JPEG", {"quality": 90}),
+    ("jpeg-ycbcr", "JPEG", {"quality": 80, "progressive": True}),
+    ("png-8bit", "PNG", {}),
+    ("webp-still", "WEBP", {"quality": 85}),
+    ("webp-still", "WEBP", {"lossless": True, "method": 0}),
+], ids=["jpeg", "jpeg-progressive", "png", "webp-lossy", "webp-lossless"])
+def test_the_codec_libraries_write_rows_once_in_order(variant, fmt, params):
+    from PIL import Image
+
+    from fixtures import decode_corpus
+    from vlm_fastpath.imaging.decode import variants
+
+    decode = _real_codec(variant)
+    data = decode_corpus.save(Image.fromarray(decode_corpus.photo_like(1537, 1024, seed=4)),
+                              fmt, **params)
+    assert variants.rows_in_order(variant, data)
+    for _ in range(3):
+        out, copies, reports = _followed_decode(decode, data, (1024, 1537, 3))
+        assert np.array_equal(copies, out), "a row was reported before its last write"
+
+
+def test_a_decoder_writing_rows_in_two_passes_is_caught():
+    """The check above can fail: a decoder that writes every row, then writes them again (an
+    alpha plane, an interlace pass) has its first-pass rows reported and copied."""
+    image = np.random.default_rng(5).integers(0, 256, (300, 40, 3), np.uint8)
+
+    def two_passes(data: bytes, out: np.ndarray) -> np.ndarray:
+        for provisional in (True, False):
+            for r in range(out.shape[0]):
+                out[r] = image[r] // 2 if provisional else image[r]
+                if r % 10 == 0:
+                    time.sleep(0.001)
+        return out
+
+    _, copies, reports = _followed_decode(two_passes, b"", image.shape)
+    assert len(reports) > 1 and not np.array_equal(copies, image)

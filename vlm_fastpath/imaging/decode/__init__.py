@@ -11,10 +11,11 @@ decoder's 3-channel array until something needs Pillow's own store (``decoded_im
 Everything else -- CMYK/YCCK JPEGs, palette, 16-bit and tRNS PNGs, animated images, other
 formats, unverified versions, inputs the library refuses -- is decoded by Pillow, so outcomes
 and error messages stay the engine's.
-From 2 MP, a JPEG or non-interlaced PNG is decoded while the processor an engine patch
-offered (``speculation``) resizes and patchifies the rows already written (``row_progress``);
-the decoded image carries that output to the processor's call, which takes it only for its own
-settings. The loader still returns after the whole decode, so its errors are unchanged.
+From 2 MP, a JPEG, a non-interlaced PNG or a WebP without alpha is decoded while the
+processor an engine patch offered (``speculation``) resizes and patchifies the rows already
+written (``row_progress``); the decoded image carries that output to the processor's call,
+which takes it only for its own settings. The loader still returns after the whole decode, so
+its errors are unchanged.
 The libraries are the optional extra ``vlm-fastpath[decode]``; without them Pillow decodes.
 """
 

@@ -15,6 +15,7 @@ from PIL import Image
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_MODES = {0: "L", 2: "RGB", 4: "LA", 6: "RGBA"}  # colour type -> Pillow mode at 8 bits
+_VP8X_ALPHA_OR_FRAMES = 0x10 | 0x02  # a WebP VP8X chunk's alpha and animation flags
 _PNG_PIXEL_CHUNKS = frozenset({b"PLTE", b"tRNS", b"acTL", b"fcTL", b"fdAT"})
 
 
@@ -81,10 +82,22 @@ def _png_chunks_plain(data: bytes) -> bool:
 def rows_in_order(variant: str, data: bytes) -> bool:
     """The variant's decoder writes each output row once, top to bottom (what
     ``row_progress`` needs): JPEG (a progressive one too: its rows come out in one last
-    pass), and PNG unless interlaced (Adam7 writes rows in seven passes)."""
+    pass), PNG unless interlaced (Adam7 writes rows in seven passes), and WebP without an
+    alpha chunk (libwebp emits a lossy image's rows once filtered and upsampled, a lossless
+    one's once transformed; a lossy image's alpha plane is written over its rows after them)."""
     if variant in ("jpeg-ycbcr", "jpeg-gray"):
         return True
+    if variant == "webp-still":
+        return _webp_rows_in_order(data)
     return variant == "png-8bit" and len(data) > 28 and data[28] == 0
+
+
+def _webp_rows_in_order(data: bytes) -> bool:
+    chunk = data[12:16]
+    if chunk in (b"VP8 ", b"VP8L"):
+        return True
+    # extended format: its flags byte says whether alpha or frames may follow
+    return chunk == b"VP8X" and len(data) > 20 and not data[20] & _VP8X_ALPHA_OR_FRAMES
 
 
 def _webp(image: Image.Image, data: bytes) -> str | None:
