@@ -86,3 +86,30 @@ def test_qwen_strips_read_only_the_rows_they_wait_for(size):
         assert resize_patchify_frames([(spoiled[lo:hi], strip_taps, out, g1 - g0, plan.grid_w)],
                                       lut, p, m, t)
         assert np.array_equal(out, whole[g0 * plan.grid_w : g1 * plan.grid_w]), (g0, g1)
+
+
+@pytest.mark.parametrize("size", [(1203, 917), (1501, 2003), (700, 14)])
+def test_kimi_kept_strips_read_only_their_own_rows(size):
+    """An image kept at its size: a strip reads source rows up to ``g1 * p`` (the image's
+    last row in the last strip, whose bottom the kernel pads)."""
+    from vlm_fastpath.kimi_integration.patchify_kernel import patchify_frame
+    from vlm_fastpath.kimi_integration.speculative import patch_kept_rows
+
+    config = KimiMediaConfig.from_dict(KIMI_K25_CFG)
+    plan = plan_image(config, *size)
+    assert (plan.new_width, plan.new_height) == size
+    pixels = photo_like(*size, seed=size[1])
+    lut = build_normalize_lut(config.image_mean, config.image_std)
+    p = plan.patch_size
+    whole = np.zeros((plan.num_patches, 3, p, p), np.float32)
+    patchify_frame(pixels, lut, whole, plan.grid_h, plan.grid_w, p, parallel=False)
+    rng = np.random.default_rng(2)
+    for g0, g1 in _strips(plan.grid_h):
+        need = min(g1 * p, size[1])
+        spoiled = pixels.copy()
+        spoiled[need:] = rng.integers(0, 256, spoiled[need:].shape, np.uint8)
+        spoiled[: g0 * p] = rng.integers(0, 256, spoiled[: g0 * p].shape, np.uint8)
+        out = np.zeros_like(whole)
+        patch_kept_rows(spoiled, lut, out, plan, g0, g1, parallel=False)
+        part = slice(g0 * plan.grid_w, g1 * plan.grid_w)
+        assert np.array_equal(out[part], whole[part]), (g0, g1, need)

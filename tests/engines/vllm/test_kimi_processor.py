@@ -108,9 +108,9 @@ def test_serialization_round_trip(info):
 
 
 def test_an_image_decoding_is_resized_by_the_processor_vllm_holds(info, monkeypatch):
-    """The processor vLLM holds is offered to the decode layer: a large image's bands are
-    made while it decodes, and vLLM's processor call takes them (the reference's bytes);
-    quarantined, the offer starts nothing."""
+    """The processor vLLM holds is offered to the decode layer: a large image's bands (or
+    patches, for an image kept at its size) are made while it decodes, and vLLM's processor
+    call takes them (the reference's bytes); quarantined, the offer starts nothing."""
     from fixtures import decode_corpus
     from vlm_fastpath.imaging import decode, row_progress
     from vlm_fastpath.imaging.decode import layer, speculation
@@ -122,17 +122,19 @@ def test_an_image_decoding_is_resized_by_the_processor_vllm_holds(info, monkeypa
     if decode.unavailable_reason() is not None or not row_progress.supported():
         pytest.skip("no fast decoding, or rows cannot be followed, here")
     monkeypatch.setattr(layer, "OVERLAP_PIXELS", 1)
-    data = decode_corpus.save(PIL.Image.fromarray(decode_corpus.photo_like(3001, 2203)), "JPEG")
     fills = []
     fill = processor.fused._fill
     monkeypatch.setattr(processor.fused, "_fill",
                         lambda *a, **k: (fills.append(1), fill(*a, **k))[1])
-    image = decode.decode_bytes(data)
-    out = processor.preprocess([{"type": "image", "image": image}], return_tensors="pt")
-    assert not fills
-    reference = PIL.Image.open(io.BytesIO(data))
-    ref_pixels, _, _ = ref_preprocess([{"type": "image", "image": reference}], KIMI_K25_CFG)
-    assert torch.equal(out["pixel_values"], ref_pixels)
+    for size in ((3001, 2203), (1501, 2003)):  # resized; kept at its size (padded)
+        data = decode_corpus.save(PIL.Image.fromarray(decode_corpus.photo_like(*size)), "JPEG")
+        image = decode.decode_bytes(data)
+        out = processor.preprocess([{"type": "image", "image": image}], return_tensors="pt")
+        assert not fills, size
+        reference = PIL.Image.open(io.BytesIO(data))
+        ref_pixels, _, _ = ref_preprocess([{"type": "image", "image": reference}],
+                                          KIMI_K25_CFG)
+        assert torch.equal(out["pixel_values"], ref_pixels), size
     monkeypatch.setitem(LEDGER.disabled, processor.serving_patch, "quarantined (test)")
     assert offer.start("RGB", None, None) is None
 
