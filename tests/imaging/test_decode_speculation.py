@@ -259,8 +259,9 @@ def test_where_nothing_is_started(offered, monkeypatch):
     assert len(spy.started) == 0
 
 
-def test_several_loaders_at_once(offered, slow_decoders):
+def test_several_loaders_at_once(offered, slow_decoders, monkeypatch):
     hf, fast, spy = offered
+    monkeypatch.setattr(speculation, "limit", lambda: 100)  # each load starts its work
     before = len(spy.started)
     items = [_encoded(400 + 37 * k, 300 + 11 * k, "JPEG" if k % 2 else "PNG", seed=k)
              for k in range(6)]
@@ -282,6 +283,61 @@ def test_several_loaders_at_once(offered, slow_decoders):
     assert len(started) == len(items)
     # work still queued behind the others when its call came was done by the call
     assert spy.fills - fills == sum(p.future.cancelled() for p in started)
+
+
+def test_work_nobody_takes_does_not_queue_up(offered, monkeypatch):
+    """While ``limit()`` pieces of work run, a load starts none (a stream of loads whose
+    work is never taken, as on vLLM's processor-cache hits, would otherwise queue it up on
+    the pool); once they are done, loads start work again."""
+    hf, fast, spy = offered
+    monkeypatch.setattr(speculation, "limit", lambda: 1)
+    gate = threading.Event()
+    real = layer.decoder_for("png-8bit")
+
+    def held(data: bytes, out: np.ndarray) -> np.ndarray:
+        assert gate.wait(30), "the gate was never opened"
+        return real(data, out)
+
+    monkeypatch.setitem(layer._DECODERS, "png-8bit", held)
+    first = _encoded(640, 480, "PNG", seed=11)
+    loaded: dict[str, Image.Image] = {}
+    loader = threading.Thread(target=lambda: loaded.update(a=decode.decode_bytes(first)))
+    before = len(spy.started)
+    loader.start()
+    for _ in range(500):  # the first load's work has started (its decode waits at the gate)
+        if len(spy.started) > before:
+            break
+        time.sleep(0.01)
+    assert len(spy.started) == before + 1
+    while_running = _encoded(600, 400, "JPEG", seed=12)
+    _check(hf, fast, spy, while_running, taken=False)  # nothing started: the place is taken
+    assert len(spy.started) == before + 1
+    gate.set()
+    loader.join(30)
+    spy.started[before].future.result(timeout=30)  # never taken: it still ends
+    _check(hf, fast, spy, _encoded(600, 400, "JPEG", seed=13))  # the place is free again
+    assert len(spy.started) == before + 2
+    assert_same(hf(images=[_pillow(first)], return_tensors="pt"),
+                fast(images=[loaded["a"]], return_tensors="pt"))
+
+
+def test_a_forked_child_does_not_count_its_parents_work():
+    import os
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    never_done: Any = __import__("concurrent.futures").futures.Future()
+    assert speculation.reserve()
+    speculation.release(never_done)  # work running in the parent at the fork
+    try:
+        pid = os.fork()
+        if pid == 0:
+            ok = all(speculation.reserve() for _ in range(speculation.limit()))
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+    finally:
+        never_done.cancel()
 
 
 # -- Kimi: the resampler's band kernel on the rows as they decode ------------------------------

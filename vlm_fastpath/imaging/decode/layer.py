@@ -158,21 +158,25 @@ def _speculate(image: Image.Image, variant: str, data: bytes, out: np.ndarray
     """The offered processor's work on ``out``, started before the decode fills it
     (``speculation``, ``row_progress``); ``(None, None)`` where it is not started: no offer,
     a small image, rows that do not come in order, a machine where they cannot be followed,
-    a pool thread (its work would queue behind it), or the switch off."""
+    a pool thread (its work would queue behind it), enough work running already
+    (``speculation.limit``), or the switch off."""
     width, height = image.size
     if (width * height < OVERLAP_PIXELS or not settings.decode_overlap_enabled()
             or not decoded_image.supported() or not variants.rows_in_order(variant, data)
             or threading.current_thread().name.startswith(POOL_THREAD_PREFIX)):
         return None, None
     speculator = speculation.offered()
-    if speculator is None or not rows_followable():
+    if speculator is None or not rows_followable() or not speculation.reserve():
         return None, None
-    progress = RowProgress(out)
-    progress.mark()
+    prepared = None
     try:
+        progress = RowProgress(out)
+        progress.mark()
         prepared = speculator.start(image.mode, out, progress)
     except Exception:  # noqa: BLE001 - speculation never costs the decode anything
         prepared = None
+    finally:
+        speculation.release(None if prepared is None else prepared.future)
     if prepared is None:
         return None, None
     return progress, prepared

@@ -38,12 +38,18 @@ STRIPS = 12
 _LOCK = threading.Lock()
 _OFFERED: list[weakref.ref[Any]] = []
 _ATTRIBUTE = CARRIED[0]
+# work started and not finished, and starts reserved but not made yet (``reserve``)
+_RUNNING: set[Future[Any]] = set()
+_RESERVED = [0]
 
 
 def _after_fork_in_child() -> None:
-    """A lock held by another thread at ``fork`` stays held in the child: a new one."""
+    """A lock held by another thread at ``fork`` stays held in the child: a new one. The
+    parent's work runs on threads the child does not have: none of it counts here."""
     global _LOCK
     _LOCK = threading.Lock()
+    _RUNNING.clear()
+    _RESERVED[0] = 0
 
 
 if hasattr(os, "register_at_fork"):
@@ -92,6 +98,32 @@ def run_strips(rows: int, step: int, progress: RowProgress,
         if progress.wait(reads(g0, g1)) < 0:
             raise DecodeAborted("the decode failed")
         run(g0, g1, max(1, pool_size() - 1))
+
+
+def limit() -> int:
+    """Work that may run at once: half the resize pool's threads, at least one. Work nobody
+    takes (a vLLM processor-cache hit, an image another processor gets) holds pool threads
+    until it is done; a stream of such loads must not queue work up behind work."""
+    return max(1, pool_size() // 2)
+
+
+def reserve() -> bool:
+    """A place for one more piece of work (False: enough runs already); give it back with
+    :func:`release`."""
+    with _LOCK:
+        _RUNNING.difference_update([f for f in _RUNNING if f.done()])
+        if len(_RUNNING) + _RESERVED[0] >= limit():
+            return False
+        _RESERVED[0] += 1
+        return True
+
+
+def release(future: Future[Any] | None) -> None:
+    """The reserved place, now taken by ``future`` (None: nothing was started)."""
+    with _LOCK:
+        _RESERVED[0] = max(0, _RESERVED[0] - 1)
+        if future is not None and not future.done():
+            _RUNNING.add(future)
 
 
 def offer(speculator: Any) -> None:
