@@ -36,6 +36,17 @@ pytestmark = [
 UINT8 = {"do_rescale": False, "do_normalize": False}
 
 
+@pytest.fixture(autouse=True)
+def _no_abandoned_bytes():
+    """Each test starts with no bytes marked abandoned (several tests load the same bytes;
+    a collection first, so that work an earlier test left behind has had its say)."""
+    import gc
+
+    gc.collect()
+    speculation._ABANDONED.clear()
+    yield
+
+
 class Spy:
     """Counts the processor's own fills, and keeps every speculation started."""
 
@@ -319,6 +330,43 @@ def test_work_nobody_takes_does_not_queue_up(offered, monkeypatch):
     assert len(spy.started) == before + 2
     assert_same(hf(images=[_pillow(first)], return_tensors="pt"),
                 fast(images=[loaded["a"]], return_tensors="pt"))
+
+
+def test_bytes_whose_work_nobody_took_start_none_again(offered):
+    """vLLM's processor cache answers an image a conversation sent before: the processor is
+    never called on it, so work started on it is dropped. Once such work has died untaken,
+    the same bytes start none; bytes whose work was taken still do."""
+    import gc
+
+    hf, fast, spy = offered
+    sent_before = _encoded(640, 480, "JPEG", seed=21)
+    fresh = _encoded(640, 480, "JPEG", seed=22)
+    _check(hf, fast, spy, sent_before)  # first sent: the processor takes the work
+    gc.collect()
+    _check(hf, fast, spy, sent_before)  # taken before: started (and taken) again
+    count = len(spy.started)
+    image = decode.decode_bytes(sent_before)  # a cache hit: loaded, never processed
+    assert len(spy.started) == count + 1
+    spy.started[-1].future.result(timeout=30)
+    del image
+    spy.started.clear()  # the spy's own references: the work is dropped for good
+    gc.collect()
+    _check(hf, fast, spy, sent_before, taken=False)  # nothing started on it
+    assert not spy.started
+    _check(hf, fast, spy, fresh)  # other bytes: started, taken
+    assert len(spy.started) == 1
+
+
+def test_fingerprints_tell_bytes_apart_by_length_and_samples():
+    data = bytes(np.random.default_rng(3).integers(0, 256, 300_000, np.uint8))
+    same = speculation.fingerprint(data)
+    assert speculation.fingerprint(bytes(data)) == same
+    for at in (10, 150_000, 299_990):  # head, middle, tail
+        changed = bytearray(data)
+        changed[at] ^= 1
+        assert speculation.fingerprint(bytes(changed)) != same, at
+    assert speculation.fingerprint(data + b"\0") != same
+    assert speculation.fingerprint(b"") == (0, 0)
 
 
 def test_a_forked_child_does_not_count_its_parents_work():

@@ -69,11 +69,13 @@ def processors(checkpoints):
     return built
 
 
-def _run(processor, images, **mm_kwargs) -> dict[str, object]:
-    """vLLM's ``apply`` on one prompt with ``images``: every tensor and the prompt tokens."""
+def _run(processor, images, cache=None, **mm_kwargs) -> dict[str, object]:
+    """vLLM's ``apply`` on one prompt with ``images``: every tensor and the prompt tokens
+    (``cache``: a processor cache, where the call takes one)."""
     prompt = "Describe " + " and ".join([PROMPT_IMAGE] * len(images)) + "."
     items = processor.info.parse_mm_data({"image": images})
-    out = processor(prompt, items, hf_processor_mm_kwargs=mm_kwargs)
+    extra = {} if cache is None else {"cache": cache}
+    out = processor(prompt, items, hf_processor_mm_kwargs=mm_kwargs, **extra)
     flat: dict[str, object] = {"prompt_token_ids": list(out["prompt_token_ids"])}
     for modality, entries in out["mm_kwargs"].items():
         for index, item in enumerate(entries):
@@ -332,3 +334,61 @@ def test_an_image_vllm_loads_is_patchified_while_it_decodes(processors, monkeypa
         without = _run(processor, [getattr(loaded, "media", loaded)])
         vlm_fastpath.apply("vllm")
         _assert_same(with_plugin, without)
+
+
+def test_an_image_vllm_answers_from_its_cache_starts_no_work_again(processors, monkeypatch,
+                                                                   fresh_decisions):
+    """A conversation sends its earlier images again and vLLM's processor cache answers them:
+    the processor is not called, so the work the loader started on such an image is dropped.
+    Once it has been, the same bytes start none (``speculation.abandoned``)."""
+    import gc
+    import inspect
+
+    from vllm.multimodal import MULTIMODAL_REGISTRY
+
+    from fixtures import decode_corpus
+    from vlm_fastpath.imaging import row_progress
+    from vlm_fastpath.imaging.decode import layer, speculation
+    from vlm_fastpath.qwen_integration import speculative
+
+    if _status().get("vllm-fast-image-decode", {}).get("status") != "applied":
+        pytest.skip("vLLM's loader does not decode through vlm-fastpath in this release")
+    if not row_progress.supported():
+        pytest.skip("rows cannot be followed on this machine")
+    try:
+        from vllm.multimodal.cache import MultiModalProcessorOnlyCache
+    except ImportError:
+        pytest.skip("no processor-only cache in this release")
+    monkeypatch.setattr(layer, "OVERLAP_PIXELS", 1)
+    monkeypatch.setattr(speculation, "_ABANDONED", {})
+    config, processor = processors["qwen2.5"]
+    cache = MultiModalProcessorOnlyCache(config)
+    if "cache" in inspect.signature(type(processor).__call__).parameters:
+        def run(images):
+            return _run(processor, images, cache=cache)
+    else:  # releases that bind the cache to the processor
+        cached = MULTIMODAL_REGISTRY.create_processor(config, cache=cache)
+
+        def run(images):
+            return _run(cached, images)
+    run([_image(5, 300, 200)])  # the settings vLLM asks for, learnt (its profiling run)
+    starts = []
+    start = speculative.start
+    monkeypatch.setattr(speculative, "start",
+                        lambda *a, **k: (starts.append(1), start(*a, **k))[1])
+    data = decode_corpus.save(PIL.Image.fromarray(decode_corpus.photo_like(1203, 917, seed=7)),
+                              "JPEG")
+    loaded = _image_media_io().load_bytes(data)
+    first = run([getattr(loaded, "media", loaded)])  # a miss: the processor takes the work
+    image = _image_media_io().load_bytes(data)
+    image = getattr(image, "media", image)
+    assert len(starts) == 2 and speculation.pending(image)
+    again = run([image])  # the cache answers: the work is never taken
+    assert speculation.pending(image)
+    _assert_same(again, first)
+    del loaded, image
+    gc.collect()
+    third = _image_media_io().load_bytes(data)
+    third = getattr(third, "media", third)
+    assert len(starts) == 2 and not speculation.pending(third)
+    _assert_same(run([third]), first)

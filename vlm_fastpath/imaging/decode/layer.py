@@ -159,14 +159,18 @@ def _speculate(image: Image.Image, variant: str, data: bytes, out: np.ndarray
     (``speculation``, ``row_progress``); ``(None, None)`` where it is not started: no offer,
     a small image, rows that do not come in order, a machine where they cannot be followed,
     a pool thread (its work would queue behind it), enough work running already
-    (``speculation.limit``), or the switch off."""
+    (``speculation.limit``), bytes whose last work nobody took (``speculation.abandoned``),
+    or the switch off."""
     width, height = image.size
     if (width * height < OVERLAP_PIXELS or not settings.decode_overlap_enabled()
             or not decoded_image.supported() or not variants.rows_in_order(variant, data)
             or threading.current_thread().name.startswith(POOL_THREAD_PREFIX)):
         return None, None
     speculator = speculation.offered()
-    if speculator is None or not rows_followable() or not speculation.reserve():
+    if speculator is None or not rows_followable():
+        return None, None
+    seen = speculation.fingerprint(data)
+    if speculation.abandoned(seen) or not speculation.reserve():
         return None, None
     prepared = None
     try:
@@ -179,6 +183,7 @@ def _speculate(image: Image.Image, variant: str, data: bytes, out: np.ndarray
         speculation.release(None if prepared is None else prepared.future)
     if prepared is None:
         return None, None
+    speculation.watch(prepared, seen)
     return progress, prepared
 
 

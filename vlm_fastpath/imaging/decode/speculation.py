@@ -12,14 +12,19 @@ processor, when called with that image, :func:`take`s it, but only for its own k
 settings as resolved for that call), and only while the image still holds the decoded array
 (nothing can have changed its pixels). Anything else -- another processor, other settings, a
 filled Pillow store, a failed decode -- leaves the work unused, and the processor does its
-own; a wrong guess costs CPU, never pixels.
+own; a wrong guess costs CPU, never pixels. Two rules keep that cost down: at most
+:func:`limit` pieces of work run at once, and bytes whose last work nobody took start none
+again (:func:`abandoned`: vLLM's processor cache answers a conversation's earlier images
+without calling the processor).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import weakref
+import zlib
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -38,6 +43,12 @@ STRIPS = 12
 _LOCK = threading.Lock()
 _OFFERED: list[weakref.ref[Any]] = []
 _ATTRIBUTE = CARRIED[0]
+# fingerprints of bytes whose last work nobody took (``abandoned``), oldest first
+ABANDONED_KEPT = 256
+SAMPLE_BYTES = 1 << 16
+_ABANDONED: dict[Hashable, None] = {}
+_LATEST: dict[Hashable, int] = {}  # fingerprint -> ticket of the latest work watched on it
+_TICKETS = itertools.count()
 # work started and not finished, and starts reserved but not made yet (``reserve``)
 _RUNNING: set[Future[Any]] = set()
 _RESERVED = [0]
@@ -124,6 +135,51 @@ def release(future: Future[Any] | None) -> None:
         _RESERVED[0] = max(0, _RESERVED[0] - 1)
         if future is not None and not future.done():
             _RUNNING.add(future)
+
+
+def fingerprint(data: bytes) -> tuple[int, int]:
+    """A cheap stand-in for the identity of encoded bytes: their length and a CRC-32 of up to
+    three 64 KB samples (head, middle, tail). Two images that share one (rare) only lose the
+    overlap, never pixels."""
+    n, k = len(data), SAMPLE_BYTES
+    crc = zlib.crc32(data[:k])
+    if n > k:
+        mid = n // 2
+        crc = zlib.crc32(data[max(k, mid - k // 2): mid + k // 2], crc)
+        crc = zlib.crc32(data[max(k, n - k):], crc)
+    return n, crc
+
+
+def abandoned(key: Hashable) -> bool:
+    """The last work started on bytes with this fingerprint was never taken (an engine's
+    processor cache answered them, as vLLM's does for a conversation's earlier images): start
+    none on them again, it would go the same way."""
+    return key in _ABANDONED
+
+
+def watch(prepared: Prepared, key: Hashable) -> None:
+    """Once nothing holds ``prepared`` any more, remember whether its work was taken (unless
+    later work on the same bytes was started meanwhile: the latest decides)."""
+    ticket = next(_TICKETS)
+    _LATEST[key] = ticket
+    weakref.finalize(prepared, _outcome, prepared._claim, key, ticket)
+
+
+def _outcome(claim: threading.Lock, key: Hashable, ticket: int) -> None:
+    # Runs wherever the last reference dies, perhaps inside a garbage collection under a lock
+    # of ours: no lock here, only dict operations, each atomic under the GIL.
+    if _LATEST.get(key) != ticket:
+        return
+    _LATEST.pop(key, None)
+    _ABANDONED.pop(key, None)
+    if claim.locked():
+        return
+    _ABANDONED[key] = None  # newest last
+    while len(_ABANDONED) > ABANDONED_KEPT:
+        try:
+            _ABANDONED.pop(next(iter(_ABANDONED)), None)
+        except (StopIteration, RuntimeError):  # emptied or changed by another thread
+            break
 
 
 def offer(speculator: Any) -> None:
