@@ -33,7 +33,7 @@ VARIABLES: dict[str, str] = {
     "0 keeps none)",
     "VLM_FASTPATH_FAST_DECODE": "exact fast image decoding: 1 (default: verified rows measured "
     "faster), all (every verified row, JPEG too) or 0 (Pillow only)",
-    "VLM_FASTPATH_DECODE_OVERLAP": "0 keeps the processor's work on a large JPEG or PNG from "
+    "VLM_FASTPATH_DECODE_OVERLAP": "0 keeps the processor's work on a large JPEG, PNG or WebP from "
     "starting while the engine's loader decodes it (default: on, where rows can be followed)",
     "VLM_FASTPATH_HASH_THREADS": "threads of vLLM's blake3 hash of one item of 16 MiB or more "
     "(vllm-threaded-mm-hash; default: the CPUs this process may use, at most 4; 1: one thread)",

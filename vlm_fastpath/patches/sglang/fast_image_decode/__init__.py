@@ -10,7 +10,7 @@ mapping). The patch rebinds that module global to one that first decodes through
 ``vlm_fastpath.imaging.decode`` (only variants and library versions its rule table proves
 identical to Pillow) and returns the decoded image; everything it declines, and any fault, gets
 SGLang's own function. The GPU (nvJPEG) path never reaches it.
-While a large JPEG or PNG decodes, the processor the Qwen or Kimi patch last handed out starts
+While a large JPEG, PNG or WebP decodes, the processor the Qwen or Kimi patch last handed out starts
 on its rows (``imaging.decode.speculation``); the processor's call takes that output for equal
 settings (``VLM_FASTPATH_DECODE_OVERLAP=0`` turns it off).
 Upstream PR: none.

@@ -11,7 +11,7 @@ variants and library versions its rule table proves identical to Pillow) and the
 vLLM's own ``normalize_image`` on the result; ``load()``, ``convert_image_mode`` (RGBA onto
 the background colour), error mapping and ``MediaWithBytes`` (hashing on the encoded bytes)
 stay vLLM's. Every other input, and any fault, goes to vLLM's own path unchanged.
-While a large JPEG or PNG decodes, the processor the Qwen or Kimi patch last handed out starts
+While a large JPEG, PNG or WebP decodes, the processor the Qwen or Kimi patch last handed out starts
 on its rows (``imaging.decode.speculation``); the processor's call takes that output for equal
 settings (``VLM_FASTPATH_DECODE_OVERLAP=0`` turns it off).
 Upstream PR: none.
