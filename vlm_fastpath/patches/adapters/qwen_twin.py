@@ -248,7 +248,6 @@ def processor_view(hf_processor: Any, patch: str) -> Any:
     return view
 
 
-
 def forget_views() -> None:
     """Drop every cached view and decision (tests; the next request checks afresh)."""
     with _LOCK:
