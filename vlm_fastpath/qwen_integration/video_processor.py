@@ -124,7 +124,6 @@ class _FastVideoMixin:
     """The replaced steps, shared by both processors (``_rule`` names the sizing rule)."""
 
     _rule: str = QWEN2
-    _luts: dict[tuple[Any, ...], np.ndarray]
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -151,7 +150,6 @@ class _FastVideoMixin:
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()  # type: ignore[misc]
         data["video_processor_type"] = type(self).__mro__[2].__name__  # the class we stand for
-        data.pop("_luts", None)
         return data
 
     # -- front end ---------------------------------------------------------------------------
@@ -262,14 +260,18 @@ class _FastVideoMixin:
                bool(kw.get("do_normalize")),
                None if mean is None else tuple(np.atleast_1d(mean).tolist()),
                None if std is None else tuple(np.atleast_1d(std).tolist()))
-        luts = self.__dict__.setdefault("_luts", {})
-        lut = luts.get(key)
+        lut = _LUTS.get(key)
         if lut is None:
             lut = build_lut(TORCHVISION, do_rescale=key[0], rescale_factor=key[1],
                             do_normalize=key[2], image_mean=_triple(key[3]),
                             image_std=_triple(key[4]))
-            luts[key] = lut
+            _LUTS[key] = lut
         return lut
+
+
+# (do_rescale, rescale_factor, do_normalize, mean, std) -> table; module-wide, so a processor
+# object (a twin shares the engine's) never gains an attribute of ours
+_LUTS: dict[tuple[Any, ...], np.ndarray] = {}
 
 
 def _triple(values: tuple[float, ...] | None) -> tuple[float, float, float]:
@@ -311,11 +313,16 @@ if Qwen3VLVideoProcessor is not None:
     FAST_CLASSES[Qwen3VLVideoProcessor] = FastQwen3VLVideoProcessor
 
 
-def fast_video_processor(hf_processor: Any) -> Any:
-    """The fast twin of a transformers Qwen-VL video processor (``from_hf``), or raises
-    ``QwenConfigError`` for any other class."""
+def fast_class_for(hf_processor: Any) -> type:
+    """Our class for a transformers Qwen-VL video processor, or raises ``QwenConfigError``."""
     for base, fast in FAST_CLASSES.items():
         if type(hf_processor) is base or (isinstance(hf_processor, base)
                                           and not isinstance(hf_processor, _FastVideoMixin)):
-            return fast.from_hf(hf_processor)
+            return fast
     raise QwenConfigError(f"no fast twin for {type(hf_processor).__name__}")
+
+
+def fast_video_processor(hf_processor: Any) -> Any:
+    """The fast twin of a transformers Qwen-VL video processor (``from_hf``), or raises
+    ``QwenConfigError`` for any other class."""
+    return fast_class_for(hf_processor).from_hf(hf_processor)

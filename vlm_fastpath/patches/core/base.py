@@ -8,7 +8,7 @@ including copies an engine bound elsewhere with ``from x import y``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -162,6 +162,11 @@ class Patch:
     # For a patch whose objects are the only reader of data already in flight (deferred
     # payloads): its contained calls answer with the engine-equivalent path once faulted.
     stays_when_faulted: ClassVar[str] = ""
+    # Model architectures (as engines name them) whose processor this patch replaces once the
+    # model loads: ``{architecture: ""}``, or ``{architecture: reason}`` for one it leaves to
+    # the engine. Data for ``doctor`` (a patch hooked by processor class serves whatever model
+    # holds that class); the engine suites check each listed model is served.
+    models: ClassVar[Mapping[str, str]] = {}
 
     def upstream_equivalent(self) -> str | None:
         """Reason string if the running engine already does what this patch does."""

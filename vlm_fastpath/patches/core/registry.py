@@ -33,7 +33,7 @@ from .catalog import PATCH_FOLDERS, patch_modules
 from .decisions import decide, topological_order, unmet_dependency
 from .engine_versions import engine_version
 from .stacks import WrapperStacks
-from .status import log_outcomes, preview
+from .status import log_outcomes, preview, with_models
 
 logger = get_logger("vlm_fastpath.patches")
 
@@ -52,6 +52,7 @@ class PatchRegistry:
         self._cyclic: set[str] = set()
         self._logged: set[tuple[str, str]] = set()  # (name, status) already logged
         self._faulted: dict[str, str] = {}  # quarantined for run-time faults: name -> reason
+        self._notes: dict[str, dict[str, str]] = {}  # per applied patch: what -> "" or reason
         self._loaded_catalog = False
 
     # -- registration -----------------------------------------------------------------
@@ -201,6 +202,7 @@ class PatchRegistry:
                     ", ".join(n for n in off if n in selected),
                 )
             for name in {*selected, *off}:
+                self._notes.pop(name, None)
                 if name in self._faulted:
                     continue  # stays reported as faulted for the process
                 patch = self._patches[name]
@@ -273,10 +275,26 @@ class PatchRegistry:
     def note_stand_aside(self, name: str, what: str, reason: str) -> None:
         """Say in an applied patch's status that one object it would hand out stays the
         engine's (a per-object contract clause failed at hand-out time)."""
+        self.note_model(name, what, reason)
+
+    def note_model(self, name: str, what: str, reason: str = "") -> None:
+        """Record what an applied patch does for one model (or object) it met at hand-out:
+        serves it (``reason`` empty) or keeps the engine's processor for it (``reason``).
+        ``status()`` reports every record; a patch that met models and serves none of them
+        reports ``stood-aside``. Cheap when nothing changed (called per hand-out)."""
+        notes = self._notes.get(name)
+        if notes is not None and notes.get(what) == reason:
+            return
         with self._lock:
             result = self._results.get(name)
             if result is not None and result.status is PatchStatus.APPLIED:
-                result.reason = f"applied; {what} keeps the engine's processor: {reason}"
+                self._notes.setdefault(name, {})[what] = reason
+
+    def served(self, name: str) -> dict[str, str]:
+        """The models (or objects) ``name`` met: ``{what: ""}`` served, ``{what: reason}``
+        kept the engine's processor."""
+        with self._lock:
+            return dict(self._notes.get(name, {}))
 
     def installed(self) -> list[str]:
         """Applied patches, in the order they are stacked (oldest first)."""
@@ -292,6 +310,8 @@ class PatchRegistry:
                 result = self._results[patch.name]
                 if result.status is PatchStatus.PENDING and not result.waiting:
                     result = preview(patch, result)
+                elif result.status is PatchStatus.APPLIED and self._notes.get(patch.name):
+                    result = with_models(result, self._notes[patch.name])
                 out.append(result)
             return out
 

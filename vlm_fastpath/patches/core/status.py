@@ -31,6 +31,23 @@ def preview(patch: Patch, result: PatchResult) -> PatchResult:
     return shown
 
 
+def with_models(result: PatchResult, notes: dict[str, str]) -> PatchResult:
+    """An applied patch's status with what it does for each model it met at hand-out: the
+    models it serves, and those that keep the engine's processor with the reason. A patch
+    that met models and serves none of them is ``stood-aside`` (never "applied" for a model
+    it does not serve)."""
+    served = [what for what, reason in notes.items() if not reason]
+    kept = [f"{what} keeps the engine's processor: {reason}"
+            for what, reason in notes.items() if reason]
+    parts = [result.reason] if result.reason else []
+    if served:
+        parts.append("serves " + ", ".join(served))
+    parts.extend(kept)
+    status = PatchStatus.APPLIED if served or not kept else PatchStatus.STOOD_ASIDE
+    return PatchResult(result.name, result.engine, status, "; ".join(parts),
+                       result.engine_version, result.waiting)
+
+
 def log_outcomes(logger: logging.Logger, logged: set[tuple[str, str]],
                  changed: list[PatchResult]) -> None:
     """One INFO line per batch naming each outcome not yet logged in this process."""
