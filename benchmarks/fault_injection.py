@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 KIMI_PATCH = "vllm-kimi-fused-processor"
-QWEN_PATCH = "vllm-qwen2-5-vl-processor"
+QWEN_PATCH = "vllm-qwen-vl-image-processor"
 
 
 def _inputs() -> tuple[list[dict[str, Any]], list[Any]]:

@@ -35,6 +35,9 @@ VARIABLES: dict[str, str] = {
     "faster), all (every verified row, JPEG too) or 0 (Pillow only)",
     "VLM_FASTPATH_DECODE_OVERLAP": "0 keeps the processor's work on a large JPEG, PNG or WebP from "
     "starting while the engine's loader decodes it (default: on, where rows can be followed)",
+    "VLM_FASTPATH_CPU_PREPROCESS": "1 serves Qwen-VL images with our exact CPU processor where "
+    "the engine would preprocess them on a GPU (SGLang's default on CUDA, JPEGs then decoded on "
+    "the CPU too; vLLM's --mm-processor-device cuda); default 0: the engine's GPU path",
     "VLM_FASTPATH_HASH_THREADS": "threads of vLLM's blake3 hash of one item of 16 MiB or more "
     "(vllm-threaded-mm-hash; default: the CPUs this process may use, at most 4; 1: one thread)",
 }
@@ -81,6 +84,12 @@ def log_level() -> str:
 
 def numba_allowed() -> bool:
     return not is_off(_raw("VLM_FASTPATH_NUMBA", "1"))
+
+
+def cpu_preprocess() -> bool:
+    """True when our exact CPU processor replaces an engine's GPU preprocessing (opt-in)."""
+    value = _raw("VLM_FASTPATH_CPU_PREPROCESS", "0")
+    return bool(value.strip()) and not is_off(value)
 
 
 def decode_overlap_enabled() -> bool:

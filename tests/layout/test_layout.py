@@ -64,8 +64,8 @@ def test_the_graph_sees_imports() -> None:
     # A reader that found nothing would pass every rule above.
     assert f"{IMAGING}.resample" in GRAPH[f"{KIMI}.processor"]
     assert f"{QWEN}.hf_config" in GRAPH[f"{QWEN}.processor"]
-    assert f"{PATCHES}.adapters.qwen_twin" in IMPORTS[
-        f"{PATCHES}.sglang.qwen_vl_processor.multimodal_processors_qwen_vl"]
+    assert f"{PATCHES}.adapters.hand_out" in IMPORTS[
+        f"{PATCHES}.sglang.qwen_vl_processor.multimodal_processors_base_processor"]
 
 
 def test_benchmarks_do_not_import_tests() -> None:

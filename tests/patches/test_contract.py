@@ -218,7 +218,7 @@ def test_every_upper_bound_left_is_explained_in_its_folder_header() -> None:
         kept = (folder.__doc__ or "").partition("Upper bound kept")[2]
         assert kept, f"{patch.name} is capped; its folder header keeps no upper bound"
         assert f"``{patch.name}``" in kept.partition("Delete when")[0], patch.name
-    for name in ("vllm-kimi-fused-processor", "vllm-qwen2-vl-processor",
-                 "vllm-qwen2-5-vl-processor", "vllm-qwen3-vl-processor",
-                 "sglang-qwen-vl-cpu-image-processor", "vllm-image-loader-client-errors"):
+    for name in ("vllm-kimi-fused-processor", "vllm-qwen-vl-image-processor",
+                 "vllm-qwen-vl-video-processor", "sglang-qwen-vl-cpu-image-processor",
+                 "sglang-qwen-vl-cpu-video-processor", "vllm-image-loader-client-errors"):
         assert name not in capped

@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-_QWEN = ("vllm-qwen2-vl-processor", "vllm-qwen2-5-vl-processor", "vllm-qwen3-vl-processor",
-         "sglang-qwen-vl-cpu-image-processor")
+_QWEN = ("vllm-qwen-vl-image-processor", "sglang-qwen-vl-cpu-image-processor")
 # Family -> the patches that hand our processor of that family to an engine.
 FAMILY_PATCHES: Mapping[str, tuple[str, ...]] = {
     "kimi": ("vllm-kimi-fused-processor", "vllm-kimi-processor",

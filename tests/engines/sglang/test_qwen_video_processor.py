@@ -134,9 +134,13 @@ def test_gpu_video_calls_stay_transformers(engine, checkpoints, cpu_path, monkey
     try:
         mm, _ = _build(checkpoints["qwen2.5"])
         twin = mm._processor.video_processor
-        original = twin.__dict__["_vlm_original"]
         seen = []
-        monkeypatch.setattr(original, "preprocess", lambda videos, **kw: seen.append(kw) or "hf")
+        # the engine's own answer, spied on: the twin hands the calls it does not serve to the
+        # original it holds (a replacement on the object itself would replace the twin's own
+        # method too: they share the object's attributes)
+        engine_side = type("Engine", (), {"preprocess": lambda self, videos, **kw:
+                                          seen.append(kw) or "hf"})()
+        monkeypatch.setattr(twin, "_vlm_original", engine_side)
         clip = _clip(3, 2, 64, 64)
         assert twin(clip, device="cuda:0") == "hf"
         assert seen and seen[0]["device"] == "cuda:0"

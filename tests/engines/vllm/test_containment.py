@@ -131,7 +131,7 @@ def test_bad_input_never_quarantines(family, model_dir, vllm_version, processors
                 call()
             assert type(info.value).__name__ == "KimiInputError"
     else:
-        name = "vllm-qwen2-5-vl-processor"
+        name = "vllm-qwen-vl-image-processor"
         processor = processors["qwen2.5"][1]
         vlm_fastpath.revert("vllm")
         theirs = _outcome(_hf_image_processor(processor), image)  # what transformers does

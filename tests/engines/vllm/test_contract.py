@@ -18,7 +18,7 @@ from vlm_fastpath.patches.adapters import kimi_probe as probe
 
 FUTURE = "0.99.0"
 KIMI = "vllm-kimi-fused-processor"
-QWEN = ("vllm-qwen2-vl-processor", "vllm-qwen2-5-vl-processor", "vllm-qwen3-vl-processor")
+QWEN = ("vllm-qwen-vl-image-processor", "vllm-qwen-vl-video-processor")
 FUSED_UPSTREAM = Version("0.25")
 QWEN_FROM = Version("0.22")
 
@@ -101,16 +101,16 @@ def test_engine_processor_signature_change_stands_aside(future, kimi_module, mon
 def test_qwen_signature_change_stands_aside(future, monkeypatch):
     if future < QWEN_FROM:
         pytest.skip("no Qwen patch for this release")
-    from vllm.model_executor.models import qwen2_5_vl
+    from vllm.multimodal.processing.context import InputProcessingContext
 
-    cls = qwen2_5_vl.Qwen2_5_VLProcessingInfo
+    cls = InputProcessingContext
     original = cls.__dict__["get_hf_processor"]
 
-    def get_hf_processor(self, processor_cls, **kwargs):  # a new required argument
-        return original(self, **kwargs)
+    def get_hf_processor(self, processor_cls, tokenizer, /, **kwargs):  # new arguments
+        return original(self, processor_cls, **kwargs)
 
     monkeypatch.setattr(cls, "get_hf_processor", get_hf_processor)
-    result = _apply()["vllm-qwen2-5-vl-processor"]
+    result = _apply()["vllm-qwen-vl-image-processor"]
     assert result["status"] == "stood-aside", result
     assert "structure:" in result["reason"] and "get_hf_processor" in result["reason"]
     assert cls.__dict__["get_hf_processor"] is get_hf_processor

@@ -19,13 +19,11 @@ MAX_SEQLEN_UPSTREAM = Version("0.23")  # MoonViT max_seqlen on the host
 LOADER_UPSTREAM = Version("0.34")  # ImageMediaIO.load_bytes turns a bomb into a ValueError
 FAST_DECODE_FROM = Version("0.24")  # load_bytes normalizes the opened image (exact fast decode)
 OURS = "vlm_fastpath.patches.adapters.kimi_vision.FastpathKimiVisionProcessor"
-# The probes import no Qwen-VL module: those patches wait for it (tests/engines/vllm/
-# test_qwen_processor.py covers them applied).
-QWEN_PENDING = dict.fromkeys(
-    ("vllm-qwen2-vl-processor", "vllm-qwen2-5-vl-processor", "vllm-qwen3-vl-processor",
-     "vllm-qwen2-vl-video-processor", "vllm-qwen2-5-vl-video-processor",
-     "vllm-qwen3-vl-video-processor"), "pending"
-)
+# The Qwen-VL patches hook vLLM's processing context, which every multimodal model imports
+# (the Kimi probes too): applied; they serve no Kimi model (tests/engines/vllm/
+# test_qwen_processor.py covers the models they serve).
+QWEN_APPLIED = dict.fromkeys(("vllm-qwen-vl-image-processor", "vllm-qwen-vl-video-processor"),
+                             "applied")
 
 
 def _probe(scenario: str, model_dir: Path, **env: str) -> dict:
@@ -58,7 +56,7 @@ def _expected(version: Version) -> dict[str, str]:
             "vllm-image-loader-client-errors": loader,
             "vllm-fast-image-decode": fast_decode,
             "vllm-threaded-mm-hash": "applied",
-            **QWEN_PENDING,
+            **QWEN_APPLIED,
         }
     return {
         "vllm-processor-cls-overrides": "applied",
@@ -69,7 +67,7 @@ def _expected(version: Version) -> dict[str, str]:
         "vllm-image-loader-client-errors": loader,
         "vllm-fast-image-decode": fast_decode,
         "vllm-threaded-mm-hash": "applied",
-        **QWEN_PENDING,
+        **QWEN_APPLIED,
     }
 
 

@@ -82,10 +82,10 @@ def _qwen_case(processor: Any) -> HeldCase:
         return twin
 
     return HeldCase(
-        patch="vllm-qwen2-5-vl-processor",
+        patch="vllm-qwen-vl-image-processor",
         reference=_patch_off(lambda: image_processor().preprocess(images, return_tensors="pt")),
         build=_patch_on(build),
-        inject=lambda mp, held, fast: mp.setattr(held.__dict__["_vlm_fast"], "preprocess", fast),
+        inject=lambda mp, held, fast: mp.setattr(held.vlm_fast(), "preprocess", fast),
         call=lambda held: held.preprocess(images, return_tensors="pt"),
         equal=_tensors_equal,
     )

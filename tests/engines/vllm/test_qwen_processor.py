@@ -26,8 +26,9 @@ from vlm_fastpath.patches.adapters import qwen_twin as adapter
 vllm = pytest.importorskip("vllm")
 
 REPO = Path(__file__).resolve().parents[3]
-PATCHES = ("vllm-qwen2-vl-processor", "vllm-qwen2-5-vl-processor", "vllm-qwen3-vl-processor")
-QWEN25_PATCH, QWEN3_PATCH = PATCHES[1], PATCHES[2]
+IMAGE_PATCH = "vllm-qwen-vl-image-processor"
+PATCHES = (IMAGE_PATCH,)
+CONTEXT_METHODS = ("get_hf_processor", "call_hf_processor")
 PROMPT_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
@@ -114,12 +115,14 @@ def fresh_decisions():
 
 # -- tests ---------------------------------------------------------------------------------------
 def test_status_per_release(processors):
-    status = _status()
-    assert status[QWEN25_PATCH]["status"] == "applied", status[QWEN25_PATCH]
-    assert status["vllm-qwen2-vl-processor"]["status"] == "applied"
+    for _, processor in processors.values():
+        _hf_image_processor(processor)  # handed out: the status names the model
+    status = _status()[IMAGE_PATCH]
+    assert status["status"] == "applied", status
+    assert status["engine_version"] == vllm.__version__
+    assert "serves Qwen2_5_VLForConditionalGeneration" in status["reason"], status
     if "qwen3" in processors:
-        assert status[QWEN3_PATCH]["status"] == "applied"
-    assert all(status[name]["engine_version"] == vllm.__version__ for name in PATCHES)
+        assert "Qwen3VLForConditionalGeneration" in status["reason"], status
 
 
 @pytest.mark.parametrize("name", ["qwen2.5", "qwen3"])
@@ -129,7 +132,8 @@ def test_engine_hands_out_ours_and_outputs_are_equal(processors, name, fresh_dec
     config, processor = processors[name]
     hf_ip = _hf_image_processor(processor)
     assert adapter.is_twin(hf_ip), type(hf_ip)
-    assert isinstance(hf_ip, type(hf_ip.__dict__["_vlm_original"]))
+    assert isinstance(hf_ip, type(hf_ip.vlm_original()))
+    assert hf_ip.__dict__ is hf_ip.vlm_original().__dict__  # one set of settings
     images = _images()
     with_plugin = _run(processor, images)
     vlm_fastpath.revert("vllm")
@@ -180,31 +184,32 @@ def test_size_overrides_reach_ours(processors, fresh_decisions):
         _assert_same(with_plugin, without)
 
 
-def test_revert_and_skip_restore_vllm(processors, monkeypatch, fresh_decisions):
-    from vllm.model_executor.models import qwen2_5_vl, qwen2_vl
+def _context_class():
+    from vllm.multimodal.processing.context import InputProcessingContext
 
+    return InputProcessingContext
+
+
+def test_revert_and_skip_restore_vllm(processors, monkeypatch, fresh_decisions):
+    cls = _context_class()
     vlm_fastpath.revert("vllm")
-    originals = {
-        cls: cls.__dict__["get_hf_processor"]
-        for cls in (qwen2_vl.Qwen2VLProcessingInfo, qwen2_5_vl.Qwen2_5_VLProcessingInfo)
-    }
+    originals = {name: cls.__dict__[name] for name in CONTEXT_METHODS}
     vlm_fastpath.apply("vllm")
-    assert all(cls.__dict__["get_hf_processor"] is not f for cls, f in originals.items())
+    assert all(cls.__dict__[name] is not f for name, f in originals.items())
     vlm_fastpath.revert("vllm")
-    assert all(cls.__dict__["get_hf_processor"] is f for cls, f in originals.items())
+    assert all(cls.__dict__[name] is f for name, f in originals.items())
     _, processor = processors["qwen2.5"]
     assert not adapter.is_twin(_hf_image_processor(processor))
-    monkeypatch.setenv("VLM_FASTPATH_SKIP", QWEN25_PATCH)
+    monkeypatch.setenv("VLM_FASTPATH_SKIP", IMAGE_PATCH)
     vlm_fastpath.apply("vllm")
-    assert _status()[QWEN25_PATCH]["status"] == "disabled"
-    cls = qwen2_5_vl.Qwen2_5_VLProcessingInfo
-    assert cls.__dict__["get_hf_processor"] is originals[cls]
+    assert _status()[IMAGE_PATCH]["status"] == "disabled"
+    assert all(cls.__dict__[name] is f for name, f in originals.items())
     assert not adapter.is_twin(_hf_image_processor(processor))
     vlm_fastpath.revert("vllm")
     monkeypatch.setenv("VLM_FASTPATH", "0")
     vlm_fastpath.apply("vllm")
     assert {_status()[name]["status"] for name in PATCHES} == {"disabled"}
-    assert cls.__dict__["get_hf_processor"] is originals[cls]
+    assert all(cls.__dict__[name] is f for name, f in originals.items())
     monkeypatch.undo()
 
 
@@ -216,7 +221,7 @@ def test_behaviour_change_makes_it_stand_aside(processors, monkeypatch, fresh_de
     monkeypatch.setattr(qwen, "check_compatible", lambda hf, fast=None: "pixel_values differ")
     hf_ip = _hf_image_processor(processor)
     assert not adapter.is_twin(hf_ip)
-    assert "pixel_values differ" in _status()[QWEN25_PATCH]["reason"]
+    assert "pixel_values differ" in _status()[IMAGE_PATCH]["reason"]
     images = _images()[:2]
     with_plugin = _run(processor, images)
     vlm_fastpath.revert("vllm")
@@ -229,27 +234,25 @@ def test_other_processor_classes_are_not_mirrored(processors, fresh_decisions):
     _, processor = processors["qwen2.5"]
     hf = processor.info.get_hf_processor()
     video = hf.video_processor
-    twin, reason = adapter.twin_of(video, QWEN25_PATCH)
-    assert twin is None and "not one vlm-fastpath mirrors" in reason
+    twin, reason = adapter.twin_of(video, IMAGE_PATCH)
+    assert twin is None and "not a class vlm-fastpath mirrors" in reason
     assert adapter.is_twin(hf.image_processor) and not adapter.is_twin(hf.video_processor)
 
 
 def test_missing_target_fails_cleanly(monkeypatch, fresh_decisions):
-    from vllm.model_executor.models import qwen2_5_vl
-
     vlm_fastpath.revert("vllm")
-    cls = qwen2_5_vl.Qwen2_5_VLProcessingInfo
-    original = cls.__dict__["get_hf_processor"]
-    monkeypatch.delattr(cls, "get_hf_processor")  # as if upstream renamed it
+    cls = _context_class()
+    original = cls.__dict__["call_hf_processor"]
+    monkeypatch.delattr(cls, "call_hf_processor")  # as if upstream renamed it
     results = {r["name"]: r for r in vlm_fastpath.apply("vllm")}
-    assert results[QWEN25_PATCH]["status"] == "stood-aside"  # a contract clause, named
-    assert "structure: Qwen2_5_VLProcessingInfo defines no get_hf_processor" in (
-        results[QWEN25_PATCH]["reason"]
+    assert results[IMAGE_PATCH]["status"] == "stood-aside"  # a contract clause, named
+    assert "structure: InputProcessingContext.call_hf_processor is missing" in (
+        results[IMAGE_PATCH]["reason"]
     )
-    assert "get_hf_processor" not in cls.__dict__
+    assert "call_hf_processor" not in cls.__dict__
     vlm_fastpath.revert("vllm")
     monkeypatch.undo()
-    assert cls.__dict__["get_hf_processor"] is original
+    assert cls.__dict__["call_hf_processor"] is original
 
 
 def test_doctor_lists_the_patches():
@@ -268,9 +271,10 @@ import json, sys
 from vllm.plugins import load_general_plugins
 load_general_plugins()
 from vllm.model_executor.models import qwen2_5_vl
+from vllm.multimodal.processing.context import InputProcessingContext
 import vlm_fastpath
 status = {r["name"]: r["status"] for r in vlm_fastpath.status("vllm")}
-get = qwen2_5_vl.Qwen2_5_VLProcessingInfo.__dict__["get_hf_processor"]
+get = InputProcessingContext.__dict__["get_hf_processor"]
 print("RESULT" + json.dumps({"status": status,
                              "wrapped": hasattr(get, "__vlm_fastpath_original__")}))
 """
@@ -285,7 +289,7 @@ def test_fresh_process_entry_point(enabled):
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")][-1]
     result = json.loads(line[len("RESULT"):])
     want = "applied" if enabled == "1" else "disabled"
-    assert result["status"][QWEN25_PATCH] == want
+    assert result["status"][IMAGE_PATCH] == want
     assert result["wrapped"] is (enabled == "1")
 
 
@@ -313,7 +317,7 @@ def test_an_image_vllm_loads_is_patchified_while_it_decodes(processors, monkeypa
     monkeypatch.setattr(layer, "OVERLAP_PIXELS", 1)
     _, processor = processors["qwen2.5"]
     hf_ip = _hf_image_processor(processor)  # handing it out offers it to the decode layer
-    fast = hf_ip.__dict__["_vlm_fast"]
+    fast = hf_ip.vlm_fast()
     assert speculation.offered().fast is fast
     fills = []
     fill = fast._fill

@@ -19,9 +19,8 @@ from vlm_fastpath.patches.adapters import qwen_video_twin as video_adapter
 
 vllm = pytest.importorskip("vllm")
 
-PATCHES = ("vllm-qwen2-vl-video-processor", "vllm-qwen2-5-vl-video-processor",
-           "vllm-qwen3-vl-video-processor")
-QWEN25_PATCH, QWEN3_PATCH = PATCHES[1], PATCHES[2]
+VIDEO_PATCH = "vllm-qwen-vl-video-processor"
+IMAGE_PATCH = "vllm-qwen-vl-image-processor"
 PROMPT_VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
 
 
@@ -133,10 +132,13 @@ def _with_and_without(processor, videos, **kwargs) -> None:
 
 
 def test_status(processors):
-    status = _status()
-    assert status[QWEN25_PATCH]["status"] == "applied", status[QWEN25_PATCH]
+    for _, processor in processors.values():
+        _video_processor(processor)  # handed out: the status names the model
+    status = _status()[VIDEO_PATCH]
+    assert status["status"] == "applied", status
+    assert "serves Qwen2_5_VLForConditionalGeneration" in status["reason"], status
     if "qwen3" in processors:
-        assert status[QWEN3_PATCH]["status"] == "applied", status[QWEN3_PATCH]
+        assert "Qwen3VLForConditionalGeneration" in status["reason"], status
 
 
 @pytest.mark.parametrize("name", ["qwen2.5", "qwen3"])
@@ -145,9 +147,9 @@ def test_engine_hands_out_ours_and_outputs_are_equal(processors, name, fresh_dec
         pytest.skip(f"no {name} processor on vllm {vllm.__version__}")
     _, processor = processors[name]
     twin = _video_processor(processor)
-    assert video_adapter.is_twin(twin), (type(twin), _status()[PATCHES[1 if name == "qwen2.5"
-                                                                      else 2]])
-    assert isinstance(twin, type(twin.__dict__["_vlm_original"]))
+    assert video_adapter.is_twin(twin), (type(twin), _status()[VIDEO_PATCH])
+    assert isinstance(twin, type(twin.vlm_original()))
+    assert twin.__dict__ is twin.vlm_original().__dict__  # one set of settings
     calls = []
     original = type(twin).__mro__[1].preprocess
 
@@ -204,7 +206,7 @@ def test_probe_difference_keeps_vllms(processors, monkeypatch, fresh_decisions):
     monkeypatch.setattr(video_compat, "check_video_compatible",
                         lambda hf, fast=None: "pixel_values_videos differ")
     assert not video_adapter.is_twin(_video_processor(processor))
-    assert "pixel_values_videos differ" in _status()[QWEN25_PATCH]["reason"]
+    assert "pixel_values_videos differ" in _status()[VIDEO_PATCH]["reason"]
     _with_and_without(processor, _videos()[:1])
 
 
@@ -216,17 +218,17 @@ def test_bad_video_is_a_value_error(processors, fresh_decisions):
 
 
 def test_skipping_the_image_patch_skips_this(processors, monkeypatch, fresh_decisions):
-    from vllm.model_executor.models import qwen2_5_vl
+    from vllm.multimodal.processing.context import InputProcessingContext
 
     vlm_fastpath.revert("vllm")
-    original = qwen2_5_vl.Qwen2_5_VLProcessingInfo.__dict__["get_hf_processor"]
-    monkeypatch.setenv("VLM_FASTPATH_SKIP", "vllm-qwen2-5-vl-processor")
+    original = InputProcessingContext.__dict__["get_hf_processor"]
+    monkeypatch.setenv("VLM_FASTPATH_SKIP", IMAGE_PATCH)
     vlm_fastpath.apply("vllm")
     try:
-        assert _status()[QWEN25_PATCH]["status"] == "not-needed"
-        assert qwen2_5_vl.Qwen2_5_VLProcessingInfo.__dict__["get_hf_processor"] is original
+        assert _status()[VIDEO_PATCH]["status"] == "not-needed"
+        assert InputProcessingContext.__dict__["get_hf_processor"] is original
     finally:
         vlm_fastpath.revert("vllm")
         monkeypatch.undo()
         vlm_fastpath.apply("vllm")
-    assert _status()[QWEN25_PATCH]["status"] == "applied"
+    assert _status()[VIDEO_PATCH]["status"] == "applied"

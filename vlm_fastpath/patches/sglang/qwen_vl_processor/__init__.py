@@ -17,4 +17,4 @@ object). Verified releases: ``verified.json``; elsewhere the status says not ver
 Delete when: SGLang's CPU Qwen-VL preprocessing is as fast as ours on few cores.
 """
 
-PATCH_MODULES = ("multimodal_processors_qwen_vl",)
+PATCH_MODULES = ("multimodal_processors_base_processor",)

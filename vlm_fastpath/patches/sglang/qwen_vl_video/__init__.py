@@ -21,4 +21,4 @@ matrix's video subset and the sweep's behaviour test on each release.
 Delete when: SGLang's CPU Qwen-VL video preprocessing is within ~2x of ours on few cores.
 """
 
-PATCH_MODULES = ("multimodal_processors_qwen_vl",)
+PATCH_MODULES = ("multimodal_processors_base_processor",)
