@@ -215,3 +215,36 @@ def test_model_absent_is_not_needed(monkeypatch, kimi_module, vllm_version):
     assert "KimiK25ProcessingInfo" in results[name]["reason"]
     vlm_fastpath.revert("vllm")
     monkeypatch.undo()
+
+
+def test_revert_reaches_a_processor_vllm_cached_before_it(model_dir, vllm_version, monkeypatch):
+    """The kill switch reaches held objects: the Kimi processor vLLM built (and cached) while
+    the patch was applied answers with vLLM's own code after ``revert``, and ours again once
+    the patch is back."""
+    from vlm_fastpath.kimi_integration import FusedKimiProcessor
+    from vlm_fastpath.patches.adapters.kimi_vision import FastpathKimiVisionProcessor
+
+    vlm_fastpath.revert("vllm")
+    clear_processor_caches()
+    medias = _medias()[:2]
+    theirs = processing_info(model_dir).image_processor.preprocess(medias, return_tensors="pt")
+    vlm_fastpath.apply("vllm")
+    clear_processor_caches()
+    held = processing_info(model_dir).image_processor  # built and cached with the patch on
+    assert isinstance(held, FastpathKimiVisionProcessor)
+    calls: list[int] = []
+    original = FusedKimiProcessor.preprocess
+    monkeypatch.setattr(FusedKimiProcessor, "preprocess",
+                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    try:
+        vlm_fastpath.revert("vllm")
+        after = held.preprocess(medias, return_tensors="pt")
+        assert calls == [], "a processor held across revert still ran ours"
+        for key in ("pixel_values", "grid_thws"):
+            assert torch.equal(torch.as_tensor(after[key]), torch.as_tensor(theirs[key])), key
+        vlm_fastpath.apply("vllm")
+        held.preprocess(medias, return_tensors="pt")
+        assert calls, "the re-applied patch did not serve the held processor"
+    finally:
+        vlm_fastpath.apply("vllm")
+        clear_processor_caches()

@@ -21,6 +21,7 @@ from vlm_fastpath.kimi_integration import FusedKimiProcessor, KimiConfigError
 
 from ..core.containment import LEDGER, call_contained
 from .speculative_offer import SpeculativeOffer
+from .switches import active
 
 # Keys of a preprocessor_config.json that describe how it was loaded, not the processor.
 _LOADER_KEYS = frozenset(
@@ -50,7 +51,7 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
         self._vlm_patch = type(self).patch_name
         self._vlm_engine_class = type(self).engine_class
         # the engine's loader may start ours on a large image while it decodes
-        self._vlm_offer = SpeculativeOffer(self._fused, self._vlm_patch)
+        self._vlm_offer = SpeculativeOffer(self._fused, self._vlm_patch, active)
         self._vlm_offer.offer()
         self._vlm_engine_fallback: Callable[[], Any] | None = None
 
@@ -72,13 +73,19 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
         )
 
     def _faulted_engine(self) -> Any:
-        """The engine's processor once our patch is quarantined, or where this processor's
-        configuration failed the behaviour probe; else None (ours answers)."""
+        """The engine's processor once our patch is reverted or quarantined, or where this
+        processor's configuration failed the behaviour probe; else None (ours answers)."""
         if not self._has_engine():
             return None
-        if LEDGER.is_disabled(self.serving_patch) or self._probe_clause():
+        if self._switched_off() or self._probe_clause():
             return self._engine_processor()
         return None
+
+    def _switched_off(self) -> bool:
+        """Our patch no longer serves: reverted (the kill switch reaches a processor vLLM
+        cached before the revert) or quarantined for faults."""
+        patch = self.serving_patch
+        return LEDGER.is_disabled(patch) or not active(patch)
 
     def _probe_clause(self) -> str | None:
         """The behaviour clause for this instance's configuration (vLLM's fused class only).
@@ -137,7 +144,7 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
     ) -> BatchFeature:
         if isinstance(medias, (list, tuple)) and not medias:
             return BatchFeature(data={}, tensor_type=return_tensors)
-        probed_apart = self._has_engine() and self._probe_clause()
+        probed_apart = self._has_engine() and (self._switched_off() or self._probe_clause())
         offer = self.__dict__.get("_vlm_offer")
         if offer is not None and not probed_apart:
             offer.patch = self.serving_patch  # ``bind_engine`` may have named another
@@ -161,7 +168,7 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
             return processor.preprocess(medias, return_tensors=return_tensors, **flags)
 
         if probed_apart:
-            return engine()  # this configuration behaves differently in ours: stand aside
+            return engine()  # reverted, or this configuration behaves otherwise in ours
         # Pure on its inputs: the engine's processor may answer a call that faulted here, and
         # answers every call once the patch is quarantined.
         return call_contained(

@@ -139,6 +139,7 @@ class KimiFusedCpuProcessorPatch(Patch):
     modules = (KIMI_PROCESSOR,)
     upstream_pr = ""  # SGLang has none; the same idea in vLLM is vllm-project/vllm#47416
     summary = "Kimi K2.5 CPU preprocessing uses FusedKimiProcessor (byte-identical, faster)"
+    models = {"KimiK25ForConditionalGeneration": ""}
 
     def not_needed(self) -> str | None:
         wrapper = getattr(module(KIMI_PROCESSOR), "KimiGPUProcessorWrapper", None)

@@ -112,6 +112,7 @@ class KimiK25ProcessorPatch(Patch):
     modules = (KIMI_K25,)
     upstream_pr = "vllm-project/vllm#47416"
     summary = "KimiK25ProcessingInfo loads FusedKimiProcessor instead of the checkpoint's"
+    models = {"KimiK25ForConditionalGeneration": ""}
     # loads through get_image_processor(processor_cls_overrides=) when that patch gave it one
     after = ("vllm-processor-cls-overrides",)
 
@@ -134,4 +135,7 @@ class KimiK25ProcessorPatch(Patch):
         original = module.__dict__.get("cached_get_image_processor")
         if original is None or not callable(original):
             raise LookupError(f"{KIMI_K25} has no cached_get_image_processor (renamed?)")
+        from ...adapters.switches import SWITCHES
+
+        ctx.set_attr(SWITCHES, self.name, True)  # processors it loaded answer with vLLM's after
         ctx.set_attr(module, "cached_get_image_processor", make_kimi_loader(original))

@@ -51,6 +51,7 @@ class KimiFusedProcessorPatch(Patch):
     modules = (KIMI_K25_VISION_FUSED, KIMI_K25)
     upstream_pr = "vllm-project/vllm#47416"
     summary = "KimiK25FusedVisionProcessor -> FusedKimiProcessor (bit-exact, faster on few cores)"
+    models = {"KimiK25ForConditionalGeneration": ""}  # K3 loads the same class: unverified
 
     def not_needed(self) -> str | None:
         if not hasattr(sys.modules[KIMI_K25], "KimiK25ProcessingInfo"):
@@ -90,7 +91,10 @@ class KimiFusedProcessorPatch(Patch):
             raise LookupError(f"{KIMI_K25} has no class {CLASS_NAME} (renamed?)")
 
         from ...adapters.kimi_vision import FastpathKimiVisionProcessor
+        from ...adapters.switches import SWITCHES
 
+        # a processor vLLM built and cached while applied answers with vLLM's after a revert
+        ctx.set_attr(SWITCHES, self.name, True)
         ctx.set_attr(FastpathKimiVisionProcessor, "patch_name", self.name)
         ctx.set_attr(FastpathKimiVisionProcessor, "engine_class", original)  # answers faults
         ctx.rebind_globals(original, FastpathKimiVisionProcessor, ("vllm.",))
