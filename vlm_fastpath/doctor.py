@@ -124,6 +124,47 @@ def _patch_entries(module: str | None) -> list[dict[str, Any]]:
     return entries
 
 
+def _registered_archs(engine: str) -> set[str] | None:
+    """The model architectures the installed engine registers (vLLM's registry is a table of
+    names: cheap), or None where that would import every model (SGLang)."""
+    if engine != "vllm":
+        return None
+    try:
+        from vllm.model_executor.models import ModelRegistry
+
+        return set(ModelRegistry.get_supported_archs())
+    except Exception:  # noqa: BLE001 - doctor must always answer
+        return None
+
+
+def _models(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model family: which applied patch serves it once it loads, or why it keeps the
+    engine's processor; and what each patch did for the models this process has met."""
+    from .patches.core.registry import REGISTRY
+
+    rows: list[dict[str, Any]] = []
+    for entry in entries:
+        if entry["status"] not in ("applied", "stood-aside") or not entry["engine_version"]:
+            continue
+        patch = REGISTRY.get(entry["name"])
+        met = REGISTRY.served(patch.name)
+        registered = _registered_archs(patch.engine)
+        for arch, reason in patch.models.items():
+            if registered is not None and arch not in registered and arch not in met:
+                continue
+            if arch in met:
+                reason = met[arch]
+            elif entry["status"] != "applied":
+                reason = entry["reason"]
+            rows.append({"engine": patch.engine, "patch": patch.name, "model": arch,
+                         "served": not reason, "reason": reason, "met": arch in met})
+        for what, reason in met.items():
+            if what not in patch.models:
+                rows.append({"engine": patch.engine, "patch": patch.name, "model": what,
+                             "served": not reason, "reason": reason, "met": True})
+    return rows
+
+
 def collect(import_engines: bool = True, module: str | None = None) -> dict[str, Any]:
     """Everything doctor prints, as one JSON-able dict (``module``: only patches touching it)."""
     import vlm_fastpath
@@ -145,6 +186,7 @@ def collect(import_engines: bool = True, module: str | None = None) -> dict[str,
         _import_triggers(report)
         vlm_fastpath.apply()
     report["patches"] = _patch_entries(module)
+    report["models"] = _models(report["patches"])
     if module is not None:
         report["module"] = module
     report["numba"] = _numba_layer()
@@ -209,8 +251,9 @@ def render(report: dict[str, Any]) -> str:
         lines.append("patches:")
     if not report["patches"]:
         lines.append("  (none)" if "module" in report else "  (none registered)")
-    width = max((len(p["name"]) for p in report["patches"]), default=0)
-    for patch in report["patches"]:
+    shown = [p for p in report["patches"] if p["engine_version"] or "module" in report]
+    width = max((len(p["name"]) for p in shown), default=0)
+    for patch in shown:
         version = patch["engine_version"] or "-"
         lines.append(
             f"  {patch['name']:<{width}}  {patch['engine']:<7} {version:<12} "
@@ -219,8 +262,34 @@ def render(report: dict[str, Any]) -> str:
         if "module" in report:
             pr = patch.get("upstream_pr") or "no upstream PR"
             lines.append(f"  {'':<{width}}  change {patch.get('change')} ({pr})")
+    if "module" not in report:
+        absent: dict[str, int] = {}
+        for patch in report["patches"]:
+            if not patch["engine_version"]:
+                absent[patch["engine"]] = absent.get(patch["engine"], 0) + 1
+        for engine, count in sorted(absent.items()):
+            lines.append(f"  {engine}: not installed ({count} patches wait for it)")
     for trigger, error in report.get("import_errors", {}).items():
         lines.append(f"  could not import {trigger}: {error}")
+    lines.extend(_render_models(report.get("models") or []))
     if "module" not in report and "summary" in report:
         lines.append(f"what vlm-fastpath changes here: {report['summary']}")
     return "\n".join(lines)
+
+
+def _render_models(rows: list[dict[str, Any]]) -> list[str]:
+    """The model families our processors serve in this install, and those they do not."""
+    if not rows:
+        return []
+    lines = ["models (our processor once the model loads; * = met in this process):"]
+    groups: dict[tuple[str, str], list[str]] = {}
+    for row in rows:
+        mark = "*" if row["met"] else ""
+        key = (row["patch"], "serves" if row["served"] else row["reason"])
+        groups.setdefault(key, []).append(row["model"] + mark)
+    for (patch, what), models in groups.items():
+        if what == "serves":
+            lines.append(f"  {patch} serves: {', '.join(models)}")
+        else:
+            lines.append(f"  {patch} keeps the engine's for {', '.join(models)}: {what}")
+    return lines

@@ -17,10 +17,13 @@ _KIMI_VLLM = (
 _QWEN_VLLM = (
     "test_qwen_processor.py::test_engine_hands_out_ours_and_outputs_are_equal",
     "test_qwen_processor.py::test_float32_and_device_normalize_paths",
+    "test_qwen_reach.py::test_every_model_holding_the_image_processor_gets_ours",
+    "test_qwen_reach.py::test_settings_changed_after_hand_out_are_followed",
 )
 _QWEN_VIDEO_VLLM = (
     "test_qwen_video_processor.py::test_engine_hands_out_ours_and_outputs_are_equal",
     "test_qwen_video_processor.py::test_float32_and_device_normalize",
+    "test_qwen_reach.py::test_every_model_holding_the_video_processor_gets_ours",
 )
 _IPC_KIMI = (
     "test_ipc_deferral.py::test_thousand_requests_owner_only_and_every_slot_released_once",
@@ -54,12 +57,8 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
         "test_threaded_mm_hash.py::test_digest_is_the_releases",
         "test_threaded_mm_hash.py::test_only_large_items_get_threads",
     ),
-    "vllm-qwen2-vl-processor": _QWEN_VLLM,
-    "vllm-qwen2-5-vl-processor": _QWEN_VLLM,
-    "vllm-qwen3-vl-processor": _QWEN_VLLM,
-    "vllm-qwen2-vl-video-processor": _QWEN_VIDEO_VLLM,
-    "vllm-qwen2-5-vl-video-processor": _QWEN_VIDEO_VLLM,
-    "vllm-qwen3-vl-video-processor": _QWEN_VIDEO_VLLM,
+    "vllm-qwen-vl-image-processor": _QWEN_VLLM,
+    "vllm-qwen-vl-video-processor": _QWEN_VIDEO_VLLM,
     # SGLang
     "sglang-batched-feature-h2d": ("test_mm_utils_h2d.py",),
     "sglang-vectorized-mm-grid-counts": ("test_grid_counts.py",),
@@ -100,9 +99,12 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
         "test_deferred_kimi_k3.py::test_tower_receives_eager_pixels",),
     "sglang-qwen-vl-cpu-image-processor": (
         "test_qwen_processor.py::test_cpu_path_uses_ours_with_equal_outputs",
+        "test_qwen_reach.py::test_every_model_holding_the_image_processor_gets_ours",
+        "test_qwen_reach.py::test_worker_pool_clones_serve_qwen_images_with_ours",
     ),
     "sglang-qwen-vl-cpu-video-processor": (
         "test_qwen_video_processor.py::test_video_request_uses_ours_with_equal_outputs",
+        "test_qwen_reach.py::test_worker_pool_clones_serve_qwen_videos_with_ours",
     ),
 }
 

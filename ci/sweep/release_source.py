@@ -78,10 +78,12 @@ class ReleaseSource:
             if klass is None:
                 return None
             body = klass.body
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-                return node
-        return None
+        found = [node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and node.name == name]
+        # typing.overload stubs come first: the implementation is the one without the decorator
+        real = [node for node in found if not any(
+            ast.unparse(d).rpartition(".")[2] == "overload" for d in node.decorator_list)]
+        return (real or found or [None])[0]
 
     def klass(self, module: str, name: str) -> ast.ClassDef | None:
         tree = self.tree(module)
@@ -155,3 +157,54 @@ def run_cli(
             else:
                 print(f"  -> {name}: {status} ({reason})")
     return 0
+
+
+def read_patch_specs(folder: Path, engine: str) -> dict[str, dict[str, object]]:
+    """``name -> {versions, requires_any, ...}`` of every ``engine`` Patch class under ``folder``,
+    from its source (never imported).
+
+    Class attributes are constants or module constants; a class without ``versions`` (or
+    ``engine``) inherits its base's, looked up among every class of the folder."""
+    classes: dict[str, tuple[list[str], dict[str, object]]] = {}
+    for path in sorted(folder.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        consts: dict[str, object] = {}
+        for n in tree.body:
+            if isinstance(n, ast.Assign):
+                try:
+                    value = ast.literal_eval(n.value)
+                except ValueError:
+                    continue
+                consts.update({t.id: value for t in n.targets if isinstance(t, ast.Name)})
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            attrs: dict[str, object] = {}
+            for stmt in node.body:
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                        stmt.targets[0], ast.Name):
+                    v = stmt.value
+                    if isinstance(v, ast.Name) and v.id in consts:
+                        attrs[stmt.targets[0].id] = consts[v.id]
+                    else:
+                        try:
+                            attrs[stmt.targets[0].id] = ast.literal_eval(v)
+                        except ValueError:
+                            pass
+            classes[node.name] = ([ast.unparse(b) for b in node.bases], attrs)
+
+    def resolved(name: str) -> dict[str, object]:
+        bases, attrs = classes[name]
+        out: dict[str, object] = {}
+        for base in bases:
+            if base in classes:
+                out.update(resolved(base))
+        out.update(attrs)
+        return out
+
+    out: dict[str, dict[str, object]] = {}
+    for name in classes:
+        attrs = resolved(name)
+        if attrs.get("engine") == engine and "name" in classes[name][1] and "versions" in attrs:
+            out[str(attrs["name"])] = attrs
+    return out

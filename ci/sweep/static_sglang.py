@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from release_source import ReleaseSource, in_range, run_cli  # ci/sweep/
+from release_source import ReleaseSource, in_range, read_patch_specs, run_cli  # ci/sweep/
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "vlm_fastpath/patches/sglang"
@@ -99,6 +99,7 @@ MMM = "sglang.srt.multimodal.mm_utils"
 QWEN25 = "sglang.srt.models.qwen2_5_vl"
 QWEN3 = "sglang.srt.models.qwen3_vl"
 QWEN_PROC = "sglang.srt.multimodal.processors.qwen_vl"
+BASE_PROC = "sglang.srt.multimodal.processors.base_processor"
 COMMON = "sglang.srt.utils.common"
 K3 = "sglang.srt.models.kimi_k3"
 K3_PROC = "sglang.srt.multimodal.processors.kimi_k3"
@@ -144,6 +145,11 @@ def facts(r: Release) -> dict[str, object]:
     f["qwen_processor_marks_ipc"] = "DEFER_CUDA_IPC_FEATURE_RECONSTRUCTION_KEY" in (
         r.text(QWEN_PROC) or "")
     f["qwen_vl_image_processor"] = r.klass(QWEN_PROC, "QwenVLImageProcessor") is not None
+    base_init = r.func(BASE_PROC, "__init__", cls="BaseMultimodalProcessor")
+    f["base_init_keeps_processor"] = bool(base_init) and params(base_init)[:4] == [
+        "self", "hf_config", "server_args", "_processor"] and (
+        "self._processor = _processor" in r.source(BASE_PROC, base_init))
+    f["processor_pool"] = r.exists("sglang.srt.multimodal.processors.executor")
     load = r.source(COMMON, r.func(COMMON, "_load_image"))
     f["cpu_load_opens_then_fully_loads"] = bool(r.func(COMMON, "_fully_load_pil_image")) and (
         0 <= load.find("Image.open(BytesIO(") < load.find("_fully_load_pil_image(image)"))
@@ -171,27 +177,8 @@ def facts(r: Release) -> dict[str, object]:
 # -- the patches -----------------------------------------------------------------------------
 def patch_specs(folder: Path) -> dict[str, str]:
     """``name -> versions`` of every SGLang Patch class, read from the patch sources."""
-    out: dict[str, str] = {}
-    for path in sorted(folder.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
-                  and isinstance(n.value, ast.Constant) for t in n.targets
-                  if isinstance(t, ast.Name)}
-        for node in tree.body:
-            if not isinstance(node, ast.ClassDef):
-                continue
-            attrs: dict[str, object] = {}
-            for stmt in node.body:
-                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
-                        stmt.targets[0], ast.Name):
-                    v = stmt.value
-                    if isinstance(v, ast.Constant):
-                        attrs[stmt.targets[0].id] = v.value
-                    elif isinstance(v, ast.Name) and v.id in consts:
-                        attrs[stmt.targets[0].id] = consts[v.id]
-            if attrs.get("engine") == "sglang" and "name" in attrs and "versions" in attrs:
-                out[str(attrs["name"])] = str(attrs["versions"])
-    return out
+    specs = read_patch_specs(folder, "sglang")
+    return {name: str(spec["versions"]) for name, spec in specs.items()}
 
 
 @dataclass
@@ -330,16 +317,26 @@ RULES["sglang-fast-image-decode"] = Rule(
         "_load_image does not open with Pillow then call _fully_load_pil_image"), (),
     lambda f: "_load_image opens with Pillow, then _fully_load_pil_image(image) decodes",
     lambda f: "no _fully_load_pil_image" if not f["cpu_load_opens_then_fully_loads"] else "")
+def _every_model(kind: str):
+    def reason(f: dict) -> str:
+        pool = "; its processor worker pool clones the twin" if f["processor_pool"] else ""
+        return (f"BaseMultimodalProcessor.__init__ keeps the HF processor: every model's {kind} "
+                f"processor of a class we mirror is the twin{pool}")
+    return reason
+
+
 RULES["sglang-qwen-vl-cpu-image-processor"] = Rule(
-    QWEN_PROC, None,
-    lambda f: None if f["qwen_vl_image_processor"] else "no QwenVLImageProcessor", (),
-    lambda f: "QwenVLImageProcessor runs transformers' processor on the CPU path")
+    BASE_PROC, None,
+    lambda f: None if f["base_init_keeps_processor"] else (
+        "BaseMultimodalProcessor.__init__ does not keep the processor as _processor"), (),
+    _every_model("image"))
 
 RULES["sglang-qwen-vl-cpu-video-processor"] = Rule(
-    QWEN_PROC, None,
-    lambda f: None if f["qwen_vl_image_processor"] else "no QwenVLImageProcessor",
+    BASE_PROC, None,
+    lambda f: None if f["base_init_keeps_processor"] else (
+        "BaseMultimodalProcessor.__init__ does not keep the processor as _processor"),
     ("sglang-qwen-vl-cpu-image-processor",),
-    lambda f: "QwenVLImageProcessor runs transformers' video processor on the CPU path")
+    _every_model("video"))
 
 
 def statuses(r: Release, f: dict, specs: dict[str, str]) -> list[tuple[str, str, str]]:

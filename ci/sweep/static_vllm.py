@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from release_source import ReleaseSource, in_range, run_cli  # ci/sweep/
+from release_source import ReleaseSource, in_range, read_patch_specs, run_cli  # ci/sweep/
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "vlm_fastpath/patches/vllm"
@@ -39,18 +39,12 @@ KIMI_VIT = "vllm.model_executor.models.kimi_k25_vit"
 KIMI_FUSED = "vllm.transformers_utils.processors.kimi_k25_vision_fused"
 MEDIA_IMAGE = "vllm.multimodal.media.image"
 HASHER = "vllm.multimodal.hasher"
-QWEN = {  # patch -> (module, ProcessingInfo class)
-    "vllm-qwen2-vl-processor": ("vllm.model_executor.models.qwen2_vl", "Qwen2VLProcessingInfo"),
-    "vllm-qwen2-5-vl-processor": ("vllm.model_executor.models.qwen2_5_vl",
-                                  "Qwen2_5_VLProcessingInfo"),
-    "vllm-qwen3-vl-processor": ("vllm.model_executor.models.qwen3_vl", "Qwen3VLProcessingInfo"),
-}
-# patch -> the image patch it requires (same ProcessingInfo class, same versions)
-QWEN_VIDEO = {
-    "vllm-qwen2-vl-video-processor": "vllm-qwen2-vl-processor",
-    "vllm-qwen2-5-vl-video-processor": "vllm-qwen2-5-vl-processor",
-    "vllm-qwen3-vl-video-processor": "vllm-qwen3-vl-processor",
-}
+# The Qwen-VL image and video patches wrap two methods of vLLM's processing context (where
+# every model's HF processor is resolved, and the door every HF call goes through).
+CONTEXT = "vllm.multimodal.processing.context"
+CONTEXT_CLASS = "InputProcessingContext"
+QWEN_IMAGE = "vllm-qwen-vl-image-processor"
+QWEN_VIDEO = "vllm-qwen-vl-video-processor"
 FUSED_CLS = "KimiK25FusedVisionProcessor"
 # What FastpathKimiVisionProcessor (vlm_fastpath/patches/adapters/kimi_vision.py)
 # answers; vLLM calling anything else on its image processor does not fit our adapter.
@@ -267,13 +261,13 @@ def facts(r: Release) -> dict[str, object]:
         piece in text for piece in ("_get_hasher_factory(", "hasher_factory()", ".update(",
                                     ".hexdigest()"))
 
-    # model_executor/models/qwen*_vl.py: ProcessingInfo.get_hf_processor
-    for module, cls in QWEN.values():
-        klass = r.klass(module, cls)
-        fn = r.func(module, "get_hf_processor", cls=cls)
-        key = module.rsplit(".", 1)[1]
-        f[f"{key}_{cls}"] = None if klass is None else (
-            f"get_hf_processor({', '.join(params(fn))})" if fn else "no get_hf_processor")
+    # multimodal/processing/context.py: InputProcessingContext.get_hf_processor and
+    # .call_hf_processor
+    klass = r.klass(CONTEXT, CONTEXT_CLASS)
+    f["context_class"] = klass is not None
+    for method in ("get_hf_processor", "call_hf_processor"):
+        fn = r.func(CONTEXT, method, cls=CONTEXT_CLASS)
+        f[f"context_{method}"] = params(fn) if fn else None
     return f
 
 
@@ -286,7 +280,7 @@ def patched_files(r: Release) -> list[str]:
     the Kimi HF processor (device-normalize hands out a view of it) and every module holding a
     ``from ... import`` copy of an object a patch rebinds."""
     names = {PROCESSOR, KIMI, KIMI_VIT, KIMI_FUSED, MEDIA_IMAGE, KIMI_HF_PROCESSOR, HASHER}
-    names |= {module for module, _ in QWEN.values()}
+    names |= {CONTEXT}
     names |= set(r.modules_importing(KIMI_FUSED, FUSED_CLS))
     for name in ("get_image_processor", "cached_get_image_processor"):
         names |= set(r.modules_importing(PROCESSOR, name))
@@ -303,53 +297,8 @@ def compare_files(new: Release, tested: Release) -> tuple[list[str], list[str]]:
 
 # -- the patches -----------------------------------------------------------------------------
 def patch_specs(folder: Path) -> dict[str, dict[str, object]]:
-    """``name -> {versions, requires_any, ...}`` of every vLLM Patch class, from its source.
-
-    Class attributes are constants or module constants; a class without ``versions`` inherits
-    its base's (``QwenProcessingInfoPatch``), looked up among every class of the folder."""
-    classes: dict[str, tuple[list[str], dict[str, object]]] = {}
-    for path in sorted(folder.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        consts: dict[str, object] = {}
-        for n in tree.body:
-            if isinstance(n, ast.Assign):
-                try:
-                    value = ast.literal_eval(n.value)
-                except ValueError:
-                    continue
-                consts.update({t.id: value for t in n.targets if isinstance(t, ast.Name)})
-        for node in tree.body:
-            if not isinstance(node, ast.ClassDef):
-                continue
-            attrs: dict[str, object] = {}
-            for stmt in node.body:
-                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
-                        stmt.targets[0], ast.Name):
-                    v = stmt.value
-                    if isinstance(v, ast.Name) and v.id in consts:
-                        attrs[stmt.targets[0].id] = consts[v.id]
-                    else:
-                        try:
-                            attrs[stmt.targets[0].id] = ast.literal_eval(v)
-                        except ValueError:
-                            pass
-            classes[node.name] = ([ast.unparse(b) for b in node.bases], attrs)
-
-    def resolved(name: str) -> dict[str, object]:
-        bases, attrs = classes[name]
-        out: dict[str, object] = {}
-        for base in bases:
-            if base in classes:
-                out.update(resolved(base))
-        out.update(attrs)
-        return out
-
-    out: dict[str, dict[str, object]] = {}
-    for name in classes:
-        attrs = resolved(name)
-        if attrs.get("engine") == "vllm" and "name" in classes[name][1] and "versions" in attrs:
-            out[str(attrs["name"])] = attrs
-    return out
+    """``name -> {versions, requires_any, ...}`` of every vLLM Patch class, from its source."""
+    return read_patch_specs(folder, "vllm")
 
 
 Check = Callable[[dict], "str | None"]
@@ -473,29 +422,35 @@ def _load_bytes_misfit(f):
     return None
 
 
-def _qwen(patch: str) -> Rule:
-    module, cls = QWEN[patch]
-    key = f"{module.rsplit('.', 1)[1]}_{cls}"
-    file = module.rsplit(".", 1)[1] + ".py"
-    return Rule(
-        trigger=module,
-        not_needed=lambda f: None if f[key] is not None else f"{file}: no {cls}",
-        failed=lambda f: f"{file}: {cls} defines no get_hf_processor" if (
-            f[key] == "no get_hf_processor") else None,
-        misfit=lambda f: None if f[key] == "get_hf_processor(self, **kwargs)" else (
-            f"{file}: {cls}.{f[key]}"),
-        applies=lambda f: f"{file}: {cls}.{f[key]}",
-        note=lambda f: f"{file}: {cls}.{f[key]}" if f[key] else f"{file}: no {cls}",
-    )
+def _context_misfit(f):
+    get, call = f["context_get_hf_processor"], f["context_call_hf_processor"]
+    if get[:2] != ["self", "typ"] or not any(p.startswith("**") for p in get):
+        return f"context.py: {CONTEXT_CLASS}.get_hf_processor({', '.join(get)})"
+    if call[:3] != ["self", "hf_processor", "data"]:
+        return f"context.py: {CONTEXT_CLASS}.call_hf_processor({', '.join(call)})"
+    return None
 
 
-def _qwen_video(patch: str) -> Rule:
-    """The image patch's rule (the video patch wraps the same ``get_hf_processor``)."""
-    image = _qwen(QWEN_VIDEO[patch])
+def _context_note(f):
+    if not f["context_class"]:
+        return f"context.py: no {CONTEXT_CLASS}"
+    return (f"context.py: {CONTEXT_CLASS}.get_hf_processor and .call_hf_processor"
+            if f["context_get_hf_processor"] and f["context_call_hf_processor"]
+            else f"context.py: {CONTEXT_CLASS} lacks get_hf_processor/call_hf_processor")
+
+
+def _qwen(kind: str) -> Rule:
+    """Both patches wrap the same two methods; the video patch stacks on the image patch."""
     return Rule(
-        trigger=image.trigger, not_needed=image.not_needed, failed=image.failed,
-        misfit=image.misfit, note=image.note,
-        applies=lambda f: f"{image.applies(f)}; its video processor is the twin",
+        trigger=CONTEXT,
+        not_needed=lambda f: None if f["context_class"] else (
+            f"context.py: no {CONTEXT_CLASS}"),
+        failed=lambda f: None if (f["context_get_hf_processor"]
+                                  and f["context_call_hf_processor"]) else _context_note(f),
+        misfit=_context_misfit,
+        applies=lambda f: (f"{_context_note(f)}: every model's {kind} processor of a class we "
+                           "mirror is the twin"),
+        note=_context_note,
     )
 
 
@@ -582,8 +537,8 @@ RULES: dict[str, Rule] = {
         applies=lambda f: ("hasher.py: hash_kwargs makes its hasher by "
                            "_get_hasher_factory(algorithm)()"),
     ),
-    **{name: _qwen(name) for name in QWEN},
-    **{name: _qwen_video(name) for name in QWEN_VIDEO},
+    QWEN_IMAGE: _qwen("image"),
+    QWEN_VIDEO: _qwen("video"),
 }
 
 
