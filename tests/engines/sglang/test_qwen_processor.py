@@ -15,6 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
+from fixtures.speculation_waits import wait_picked_up
 from vlm_fastpath.patches import REGISTRY
 from vlm_fastpath.patches.adapters import qwen_twin as adapter
 
@@ -258,9 +259,12 @@ def test_an_image_sglang_loads_is_patchified_while_it_decodes(engine, checkpoint
         fill = fast._fill
         monkeypatch.setattr(fast, "_fill", lambda *a, **k: (fills.append(1), fill(*a, **k))[1])
 
-        def load(data: bytes) -> Image.Image:
+        def load(data: bytes, wait: bool = True) -> Image.Image:
             loaded = common.load_image(data, False)
-            return loaded[0] if isinstance(loaded, tuple) else loaded
+            image = loaded[0] if isinstance(loaded, tuple) else loaded
+            if wait:  # else the call does the work itself (by design): nothing to take
+                wait_picked_up(image)
+            return image
 
         for size, fmt in (((1203, 917), "JPEG"), ((1176, 840), "PNG")):
             data = decode_corpus.save(
@@ -269,7 +273,7 @@ def test_an_image_sglang_loads_is_patchified_while_it_decodes(engine, checkpoint
             with_plugin = _run(mm, [load(data)])
             assert len(fills) == before, "SGLang's call computed what the loader had prepared"
             REGISTRY.revert(engine="sglang")
-            without = _run(mm, [load(data)])
+            without = _run(mm, [load(data, wait=False)])
             REGISTRY.apply(engine="sglang")
             _assert_same(with_plugin, without)
     finally:

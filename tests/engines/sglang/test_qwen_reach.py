@@ -291,6 +291,7 @@ def test_gpu_preprocessing_is_reported_and_starts_no_work(engine, checkpoints, m
         twin = mm._processor.image_processor
         assert adapter.is_twin(twin)  # it hands every device call to transformers
         assert speculation.offered() is None, "work offered for a processor that will not take it"
+        _assert_a_large_image_starts_no_work(monkeypatch)
         status = {r.name: r for r in REGISTRY.status("sglang")}[PATCH]
         assert status.status.value == "stood-aside", status
         assert "SGLang preprocesses on cuda:0" in status.reason
@@ -299,6 +300,28 @@ def test_gpu_preprocessing_is_reported_and_starts_no_work(engine, checkpoints, m
     finally:
         REGISTRY.revert(engine="sglang")
         adapter.forget_views()
+
+
+def _assert_a_large_image_starts_no_work(monkeypatch) -> None:
+    """SGLang's own loader on a large JPEG (nvJPEG off, as for PNGs): the decode layer starts
+    no processor work (none would be taken: SGLang preprocesses on its GPU)."""
+    from PIL import Image
+
+    from fixtures import decode_corpus
+    from vlm_fastpath.imaging.decode import layer
+    from vlm_fastpath.qwen_integration import speculative
+
+    common = pytest.importorskip("sglang.srt.utils.common")
+    monkeypatch.setattr(layer, "OVERLAP_PIXELS", 1)
+    started: list[int] = []
+    start = speculative.start
+    monkeypatch.setattr(speculative, "start",
+                        lambda *a, **k: started.append(1) or start(*a, **k))
+    data = decode_corpus.save(Image.fromarray(decode_corpus.photo_like(1203, 917, seed=3)),
+                              "JPEG")
+    loaded = common.load_image(data, False)
+    assert (loaded[0] if isinstance(loaded, tuple) else loaded).size == (1203, 917)
+    assert started == [], "the loader started work for a processor that will not take it"
 
 
 def test_cpu_preprocess_switch_serves_sglangs_gpu_calls(engine, checkpoints, monkeypatch,  # noqa: F811

@@ -112,6 +112,7 @@ def test_an_image_decoding_is_resized_by_the_processor_vllm_holds(info, monkeypa
     patches, for an image kept at its size) are made while it decodes, and vLLM's processor
     call takes them (the reference's bytes); quarantined, the offer starts nothing."""
     from fixtures import decode_corpus
+    from fixtures.speculation_waits import wait_picked_up
     from vlm_fastpath.imaging import decode, row_progress
     from vlm_fastpath.imaging.decode import layer, speculation
     from vlm_fastpath.patches.core.containment import LEDGER
@@ -129,6 +130,7 @@ def test_an_image_decoding_is_resized_by_the_processor_vllm_holds(info, monkeypa
     for size in ((3001, 2203), (1501, 2003)):  # resized; kept at its size (padded)
         data = decode_corpus.save(PIL.Image.fromarray(decode_corpus.photo_like(*size)), "JPEG")
         image = decode.decode_bytes(data)
+        wait_picked_up(image)  # work still queued when the call comes is the call's (by design)
         out = processor.preprocess([{"type": "image", "image": image}], return_tensors="pt")
         assert not fills, size
         reference = PIL.Image.open(io.BytesIO(data))

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import vlm_fastpath
+from fixtures.speculation_waits import wait_picked_up
 from fixtures.vllm_requests import qwen_image as _image
 from fixtures.vllm_requests import qwen_images as _images
 from vlm_fastpath.patches.adapters import qwen_twin as adapter
@@ -329,6 +330,7 @@ def test_an_image_vllm_loads_is_patchified_while_it_decodes(processors, monkeypa
         data = decode_corpus.save(
             PIL.Image.fromarray(decode_corpus.photo_like(*size, seed=size[0])), fmt)
         loaded = _image_media_io().load_bytes(data)
+        wait_picked_up(getattr(loaded, "media", loaded))  # else the call does it (by design)
         before = len(fills)
         with_plugin = _run(processor, [getattr(loaded, "media", loaded)])
         assert len(fills) == before, "vLLM's apply computed what the loader had prepared"
@@ -383,6 +385,7 @@ def test_an_image_vllm_answers_from_its_cache_starts_no_work_again(processors, m
     data = decode_corpus.save(PIL.Image.fromarray(decode_corpus.photo_like(1203, 917, seed=7)),
                               "JPEG")
     loaded = _image_media_io().load_bytes(data)
+    wait_picked_up(getattr(loaded, "media", loaded))
     first = run([getattr(loaded, "media", loaded)])  # a miss: the processor takes the work
     image = _image_media_io().load_bytes(data)
     image = getattr(image, "media", image)

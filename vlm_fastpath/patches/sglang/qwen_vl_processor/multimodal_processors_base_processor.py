@@ -89,9 +89,12 @@ class GpuImageDecode:
     """``BaseMultimodalProcessor.gpu_image_decode`` (default True: nvJPEG on CUDA), False for a
     processor class whose processors hand out our image twin while
     ``VLM_FASTPATH_CPU_PREPROCESS`` is on: exact pixels need Pillow's decode, not nvJPEG's
-    (a class that sets its own value keeps it)."""
+    (a class that sets its own value keeps it). Installed only where the switch is on when
+    the patch applies."""
 
     def __init__(self, default: Any) -> None:
+        while isinstance(default, GpuImageDecode):  # never one of ours inside another
+            default = default.default
         self.default = default
         self.classes: weakref.WeakSet[type] = weakref.WeakSet()
 
@@ -171,7 +174,12 @@ class BaseProcessorPatch(Patch):
 
         ctx.set_attr(SWITCHES, self.name, True)
         decode = None
-        if self.kind_module == "qwen_twin" and "gpu_image_decode" in cls.__dict__:
+        from ....settings import cpu_preprocess
+
+        if (self.kind_module == "qwen_twin" and cpu_preprocess()
+                and "gpu_image_decode" in cls.__dict__):
+            # only with the switch on when the patch applies (a server's start): SGLang's own
+            # class attribute stays untouched otherwise
             decode = GpuImageDecode(cls.__dict__["gpu_image_decode"])
             ctx.set_attr(cls, "gpu_image_decode", decode)
         ctx.set_attr(cls, "__init__", make_init(original, self.kind_module, self.name, decode))
