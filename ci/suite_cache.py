@@ -94,6 +94,9 @@ def main(argv: list[str]) -> int:
     start = time.monotonic()
     rc = subprocess.call(command, cwd=ROOT)
     seconds = round(time.monotonic() - start)
+    # one line per suite run: a cold `make test`'s phases are read off these
+    print(f"== {label}: {'passed' if rc == 0 else f'FAILED (rc {rc})'} in {seconds} s",
+          flush=True)
     if rc == 0 and key:
         RESULTS.mkdir(parents=True, exist_ok=True)
         tmp = record.with_suffix(f".{os.getpid()}.tmp")

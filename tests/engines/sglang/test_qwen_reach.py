@@ -127,6 +127,7 @@ def test_every_model_holding_the_image_processor_gets_ours(applied, tmp_path_fac
                                                           image_calls, name):
     root = tmp_path_factory.mktemp("arch")
     mm, arch, architecture = _sglang_processor(root, name)
+    image_calls.clear()  # the probes of the hand-out ran ours on probe images
     text = f"Describe {arch.prompt_image} please."
     images = _images()[:2]
     text = text.replace(arch.prompt_image, arch.prompt_image + " and " + arch.prompt_image)
@@ -147,6 +148,7 @@ def test_worker_pool_clones_serve_qwen_images_with_ours(applied, checkpoints, im
     if name not in checkpoints:
         pytest.skip("transformers has no Qwen3-VL")
     mm, _ = _build(checkpoints[name])
+    image_calls.clear()  # the probes of the hand-out ran ours on probe images
     pool = _pool(lambda: mm._processor, workers)
     images = _images()[:3]
     text = "Describe " + " and ".join(["<|vision_start|><|image_pad|><|vision_end|>"] * 3)
@@ -178,6 +180,7 @@ def test_the_async_entry_a_request_takes_runs_ours(applied, checkpoints, image_c
                                          "process_and_combine_mm_data_async"):
         pytest.skip("no async processor entry in this release")
     mm, _ = _build(checkpoints["qwen2.5"])
+    image_calls.clear()  # the probes of the hand-out ran ours on probe images
     mm.mm_processor_executor = _pool(lambda: mm._processor, 2)
     text = "Describe <|vision_start|><|image_pad|><|vision_end|>."
     image = _image(9, 457, 300)
@@ -207,6 +210,7 @@ def test_worker_pool_clones_serve_qwen_videos_with_ours(applied, checkpoints, mo
     monkeypatch.setattr(video_processor, "fill_videos",
                         lambda *a, **k: runs.append(1) or fill(*a, **k))
     mm, _ = _build(checkpoints["qwen2.5"])
+    runs.clear()  # the probes of the hand-out ran our kernel on probe clips
     pool = _pool(lambda: mm._processor, 2)
     text = "Describe <|vision_start|><|video_pad|><|vision_end|>."
     try:
@@ -333,6 +337,7 @@ def test_cpu_preprocess_switch_serves_sglangs_gpu_calls(engine, checkpoints, mon
     REGISTRY.apply(engine="sglang")
     try:
         mm, _ = _build(checkpoints["qwen2.5"])
+        image_calls.clear()  # the probes of the hand-out ran ours on probe images
         images = _images()[:2]
         twin = mm._processor.image_processor
         ours = twin(images=images, device="cuda:0", return_tensors="pt")  # as SGLang calls it
