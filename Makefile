@@ -31,6 +31,8 @@ $(STAMP): pyproject.toml setup.py $(CORE_PINS) vlm_fastpath.pth
 # processor with and without the plugin), Qwen-VL video, both beside a thread running Python,
 # decoding; last, bytes to Qwen
 # pixel_values against SGLang 0.5.23's native pipeline, in that release's env.
+# Its chart and JSON go to benchmarks/results/local/ (ignored by git: a run leaves the tree
+# clean); `VLM_FASTPATH_BENCH_RECORD=1 make bench` replaces the tracked benchmarks/results/ chart.
 BENCH_ENV := .envs/vllm-0.33.0
 BENCH_STAMP := $(BENCH_ENV)/.bench-stamp
 

@@ -18,6 +18,11 @@ compile), with numba's cache warm and cold (an empty ``NUMBA_CACHE_DIR``).
 
 Run: ``make bench`` or ``python -m benchmarks.preprocess [--quick] [--repeats N]``; it runs
 without vLLM too (no vllm-fused row then).
+
+Output: the chart and JSON go to ``benchmarks/results/local/``, a folder git ignores (it holds
+its own ``.gitignore``), so a run leaves the checkout clean. ``--record`` (or
+``VLM_FASTPATH_BENCH_RECORD=1 make bench``) writes them to ``benchmarks/results/`` instead,
+replacing the tracked chart: only for a run meant to become the published figures.
 """
 
 from __future__ import annotations
@@ -50,7 +55,31 @@ from vlm_fastpath.imaging.resize_pool import available_cpus, default_workers
 from vlm_fastpath.kimi_integration import FusedKimiProcessor
 from vlm_fastpath.kimi_integration.patchify_kernel import backend_info
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent / "results"  # the tracked, published figures
+# Where an ordinary run writes: ignored by git, so `make bench` never dirties the checkout.
+LOCAL_RESULTS = RESULTS / "local"
+RECORD_ENV = "VLM_FASTPATH_BENCH_RECORD"
+
+
+def recording_by_default() -> bool:
+    """``VLM_FASTPATH_BENCH_RECORD=1`` asks ``make bench`` (no flags there) to record."""
+    return os.environ.get(RECORD_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def output_folder(out: Path | None, record: bool) -> Path:
+    """Where a run writes its chart and JSON: ``out`` when given, the tracked ``RESULTS``
+    when recording, else ``LOCAL_RESULTS``, created with a ``.gitignore`` that ignores the
+    folder itself (nothing to commit, and untracked files never show in ``git status``)."""
+    if out is not None:
+        return out
+    if record:
+        return RESULTS
+    LOCAL_RESULTS.mkdir(parents=True, exist_ok=True)
+    ignore = LOCAL_RESULTS / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# local `make bench` output (benchmarks/preprocess.py); "
+                          "--record writes the tracked figures\n*\n")
+    return LOCAL_RESULTS
 
 
 @dataclass
@@ -399,7 +428,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=8, help="timed rounds per contender")
     parser.add_argument("--quick", action="store_true", help="one small workload (smoke run)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for PNG/JSON results")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for PNG/JSON results (default: benchmarks/results/local/, "
+                             "ignored by git; with --record: benchmarks/results/)")
+    parser.add_argument("--record", action="store_true", default=recording_by_default(),
+                        help="write the tracked benchmarks/results/ chart (the published "
+                             f"figures); also {RECORD_ENV}=1")
     parser.add_argument("--first-calls", action="store_true",
                         help="internal: time the first 16 calls of this process, print JSON")
     parser.add_argument("--no-fresh", action="store_true", help="skip the fresh-process runs")
@@ -408,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.first_calls:
         print(json.dumps(first_calls()))
         return 0
+    out = output_folder(args.out, args.record)
     fresh = None if args.no_fresh or args.quick else fresh_process_first_calls()
     fns = contenders()
     env = environment()
@@ -430,8 +465,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {label}: {json.dumps(shown)}")
     tag = "quick" if args.quick else "preprocess"
     suffix = f"-vllm{env['vllm']}" if "vllm" in env else ""
-    png = plot(rows, args.out / f"{tag}{suffix}.png")
-    (args.out / f"{tag}{suffix}.json").write_text(
+    png = plot(rows, out / f"{tag}{suffix}.png")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{tag}{suffix}.json").write_text(
         json.dumps(
             {"environment": env, "rows": [asdict(r) for r in rows], "fresh_process": fresh},
             indent=2,
@@ -439,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if png:
         print(f"chart: {os.path.relpath(png)}")
+    print(f"results: {os.path.relpath(out)}"
+          + ("" if out != LOCAL_RESULTS else f" (not tracked; --record or {RECORD_ENV}=1 "
+                                             "writes benchmarks/results/)"))
     failures = [r for r in rows if r.bit_exact is False and r.contender == "vlm-fastpath"]
     return 1 if failures else 0
 

@@ -12,15 +12,26 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu" / "check_all.py"
 STEPS = ("deferred", "h2d", "syncs", "ipc", "normalize", "host_cpu")
+# A step's budget is wall-clock. The tool's CPU budgets (60-300 s) suit a person's dry run, but
+# on a loaded 2-core machine a step's real work outlasts them (the deferred step ran past its
+# 60 s beside two busy processes and another test suite). Here a budget only has to catch a
+# hang, so these runs give every step a generous one (the budget test sets its own).
+STEP_BUDGET_S = 600
+RUN_TIMEOUT_S = 1200  # the whole check; it takes 1-2 min even on that loaded machine
 
 
-def run_check(out: Path, *extra: str, timeout: float = 240) -> tuple[int, dict, str]:
+def generous_budgets(*steps: str) -> list[str]:
+    """``--budget STEP=STEP_BUDGET_S`` for each of ``steps``."""
+    return [arg for step in steps for arg in ("--budget", f"{step}={STEP_BUDGET_S}")]
+
+
+def run_check(out: Path, *extra: str, timeout: float = RUN_TIMEOUT_S
+              ) -> tuple[int, dict, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     proc = subprocess.run(
@@ -37,7 +48,7 @@ def by_name(report: dict) -> dict[str, dict]:
 
 
 def test_dry_run_every_step_ok_or_skipped(tmp_path):
-    rc, report, output = run_check(tmp_path)
+    rc, report, output = run_check(tmp_path, *generous_budgets(*STEPS))
     steps = by_name(report)
     assert tuple(steps) == STEPS
     for name, step in steps.items():
@@ -69,19 +80,20 @@ def test_dry_run_every_step_ok_or_skipped(tmp_path):
 
 def test_broken_steps_are_reported_and_the_others_run(tmp_path):
     """A step that raises, one that hangs past its budget and one whose comparison is wrong:
-    each is reported as failed, and every later step still runs."""
-    start = time.monotonic()
+    each is reported as failed, and every later step still runs.
+
+    The budget is proven by the report, not a clock: the hang sleeps 10,000 s, so only the
+    budget's kill ends it (the check's own timeout would fail the test first)."""
     rc, report, output = run_check(
-        tmp_path, "--steps", "deferred,normalize,h2d", "--budget", "normalize=5",
-        "--inject", "deferred:raise,normalize:hang,h2d:wrong", timeout=180,
+        tmp_path, "--steps", "deferred,normalize,h2d", *generous_budgets("deferred", "h2d"),
+        "--budget", "normalize=5", "--inject", "deferred:raise,normalize:hang,h2d:wrong",
     )
     steps = by_name(report)
     assert rc == 1, output[-3000:]
     assert steps["deferred"]["status"] == "failed"
     assert "injected failure" in steps["deferred"]["reason"]
     assert steps["normalize"]["status"] == "failed"
-    assert "timed out" in steps["normalize"]["reason"]
+    assert steps["normalize"]["reason"] == "timed out after its 5.0 s budget"
     assert steps["h2d"]["status"] == "failed"
     h2d = steps["h2d"]["checks"]
     assert any(not c["ok"] for c in h2d) and any(c["ok"] for c in h2d)  # it ran, one broke
-    assert time.monotonic() - start < 150

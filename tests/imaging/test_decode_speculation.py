@@ -34,6 +34,15 @@ pytestmark = [
 ]
 
 UINT8 = {"do_rescale": False, "do_normalize": False}
+# How long a test waits for another thread (a pool thread to pick work up, a loader, a forked
+# child). Generous: on a loaded 2-core machine these take milliseconds, and the wait ends as
+# soon as its condition holds, so only a broken build ever waits this long.
+WAIT_S = 60.0
+# After the work is picked up and before the first row: work that does not wait for its rows
+# reads them now, unwritten. Only how surely that bug is caught depends on it, never a pass.
+EARLY_READ_WINDOW_S = 0.05
+# (progress, work) the current decode on each thread started (``_speculate`` records them)
+_THIS_DECODE = threading.local()
 
 
 @pytest.fixture(autouse=True)
@@ -53,6 +62,7 @@ class Spy:
     def __init__(self, fast: FastQwen2VLImageProcessor, monkeypatch: pytest.MonkeyPatch):
         self.fills = 0
         self.started: list[speculation.Prepared] = []
+        self.changed = threading.Condition()
         original_fill = fast._fill
         original_start = speculative.start
 
@@ -63,11 +73,19 @@ class Spy:
         def start(*args: Any, **kwargs: Any) -> Any:
             prepared = original_start(*args, **kwargs)
             if prepared is not None:
-                self.started.append(prepared)
+                with self.changed:
+                    self.started.append(prepared)
+                    self.changed.notify_all()
             return prepared
 
         monkeypatch.setattr(fast, "_fill", fill)
         monkeypatch.setattr(speculative, "start", start)
+
+    def wait_started(self, count: int, timeout: float = WAIT_S) -> None:
+        """Block until ``count`` pieces of work have been started (by another thread's load)."""
+        with self.changed:
+            ok = self.changed.wait_for(lambda: len(self.started) >= count, timeout)
+        assert ok, f"{count - len(self.started)} more work never started in {timeout} s"
 
 
 @pytest.fixture(scope="module", params=["float32", "uint8"])
@@ -88,12 +106,36 @@ def offered(pair, monkeypatch):
     speculation.withdraw(fast)
 
 
-def _slow_writer(decode_fn, fail_at: int | None = None):
+def _wait_until_picked_up(timeout: float = WAIT_S) -> None:
+    """Block until a pool thread has picked up the work this thread's decode started (its
+    future running or done), so that a test can prove the work ran while the rows were still
+    being written without betting on how soon the pool gets a core.
+
+    Runs inside the decoder, whose errors the decode layer hands to Pillow: a failure here
+    is ``pytest.fail`` (not an ``Exception``, so it reaches the test), after stopping the
+    work so that no pool thread waits for rows that will never come."""
+    progress, prepared = getattr(_THIS_DECODE, "started", (None, None))
+    if prepared is None:
+        pytest.fail("no work was started on the image")
+    deadline = time.monotonic() + timeout
+    while not (prepared.future.running() or prepared.future.done()):
+        if time.monotonic() > deadline:
+            progress.abort()
+            pytest.fail(f"no pool thread picked up the speculative work in {timeout} s "
+                        "(queued behind other work, or never submitted)")
+        time.sleep(0.001)
+
+
+def _slow_writer(decode_fn, fail_at: int | None = None, after_pickup: bool = False):
     """``decode_fn`` into a scratch array, then its rows into ``out`` as a slow decoder would
-    write them: one at a time, each row's tail first (``test_row_progress``)."""
+    write them: one at a time, each row's tail first (``test_row_progress``). With
+    ``after_pickup``, no row is written before a pool thread has the decode's work."""
 
     def slow(data: bytes, out: np.ndarray) -> np.ndarray:
         scratch = decode_fn(data, np.empty_like(out))
+        if after_pickup:
+            _wait_until_picked_up()
+            time.sleep(EARLY_READ_WINDOW_S)
         rows, src = out.reshape(out.shape[0], -1), scratch.reshape(out.shape[0], -1)
         tail = min(MARK.shape[0], rows.shape[1])
         for r in range(rows.shape[0]):
@@ -107,12 +149,35 @@ def _slow_writer(decode_fn, fail_at: int | None = None):
     return slow
 
 
-@pytest.fixture
-def slow_decoders(monkeypatch):
+def _slow_decoders(monkeypatch: pytest.MonkeyPatch, after_pickup: bool) -> None:
     for variant in ("jpeg-ycbcr", "png-8bit", "webp-still"):
         real = layer.decoder_for(variant)
         assert real is not None
-        monkeypatch.setitem(layer._DECODERS, variant, _slow_writer(real))
+        monkeypatch.setitem(layer._DECODERS, variant,
+                            _slow_writer(real, after_pickup=after_pickup))
+
+
+@pytest.fixture
+def slow_decoders(monkeypatch):
+    """Slow decoders; the speculative work may still be queued when the decode ends (then the
+    call cancels it and does the work itself)."""
+    _slow_decoders(monkeypatch, after_pickup=False)
+
+
+@pytest.fixture
+def slow_decoders_after_pickup(monkeypatch):
+    """Slow decoders that write no row before a pool thread has picked up the decode's work:
+    the work then surely runs during the decode, however loaded the machine is (without this,
+    on a busy 2-core machine the decode could end first, and the work be cancelled)."""
+    real_speculate = layer._speculate
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        _THIS_DECODE.started = real_speculate(*args, **kwargs)
+        return _THIS_DECODE.started
+
+    _THIS_DECODE.started = (None, None)
+    monkeypatch.setattr(layer, "_speculate", recorded)
+    _slow_decoders(monkeypatch, after_pickup=True)
 
 
 def _pillow(data: bytes) -> Image.Image:
@@ -165,10 +230,10 @@ def test_pixel_values_made_while_decoding(offered, fmt, size):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_the_strips_wait_for_their_rows(offered, slow_decoders, fmt, size):
+def test_the_strips_wait_for_their_rows(offered, slow_decoders_after_pickup, fmt, size):
     hf, fast, spy = offered
     _check(hf, fast, spy, _encoded(*size, fmt, seed=3))
-    assert not spy.started[-1].future.cancelled()  # a slow decode: the work ran during it
+    assert not spy.started[-1].future.cancelled()  # picked up before any row: it ran during it
 
 
 def test_photographs(offered):
@@ -204,14 +269,17 @@ def test_a_failed_decode_stops_the_work_and_pillow_decides(offered, monkeypatch)
     assert type(ours) is not layer.decoded_image.DecodedImage
     assert len(spy.started) == 1
     with pytest.raises(speculation.DecodeAborted):
-        spy.started[0].future.result(timeout=10)
+        spy.started[0].future.result(timeout=WAIT_S)
     fills = spy.fills
     assert_same(hf(images=[_pillow(data)], return_tensors="pt"),
                 fast(images=[ours], return_tensors="pt"))
     assert spy.fills == fills + 1
 
 
-def test_other_settings_do_not_take_it_and_it_is_taken_once(offered, slow_decoders):
+def test_other_settings_do_not_take_it_and_it_is_taken_once(offered,
+                                                            slow_decoders_after_pickup):
+    """(The work is picked up during the decode: still queued at the call, it would be
+    cancelled and done by the call, and "taken" could not be told from "computed".)"""
     hf, fast, spy = offered
     data = _encoded(1203, 917, "JPEG")
     ours = decode.decode_bytes(data)
@@ -228,7 +296,9 @@ def test_other_settings_do_not_take_it_and_it_is_taken_once(offered, slow_decode
     assert spy.fills == fills + 2  # only once, also through the original
 
 
-def test_a_filled_store_or_another_processor_is_not_served(offered, slow_decoders):
+def test_a_filled_store_or_another_processor_is_not_served(offered, slow_decoders_after_pickup):
+    """(Each decode's work is picked up during it; the untaken first one is waited for, so
+    that the second load has its place (``limit``) however slowly the pool runs.)"""
     hf, fast, spy = offered
     data = _encoded(1203, 917, "PNG")
     ours = decode.decode_bytes(data)
@@ -237,6 +307,7 @@ def test_a_filled_store_or_another_processor_is_not_served(offered, slow_decoder
     ref = _pillow(data)
     assert_same(hf(images=[ref], return_tensors="pt"), fast(images=[ours], return_tensors="pt"))
     assert spy.fills == fills + 1
+    spy.started[-1].future.result(timeout=WAIT_S)  # never taken: it still ends
     other = FastQwen2VLImageProcessor.from_hf(hf)
     ours = decode.decode_bytes(data)
     assert_same(hf(images=[ref], return_tensors="pt"), other(images=[ours], return_tensors="pt"))
@@ -285,7 +356,8 @@ def test_several_loaders_at_once(offered, slow_decoders, monkeypatch):
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(30)
+        thread.join(WAIT_S)
+        assert not thread.is_alive(), f"a load did not end in {WAIT_S} s"
     fills = spy.fills
     for k, data in enumerate(items):
         assert_same(hf(images=[_pillow(data)], return_tensors="pt"),
@@ -315,17 +387,16 @@ def test_work_nobody_takes_does_not_queue_up(offered, monkeypatch):
     loader = threading.Thread(target=lambda: loaded.update(a=decode.decode_bytes(first)))
     before = len(spy.started)
     loader.start()
-    for _ in range(500):  # the first load's work has started (its decode waits at the gate)
-        if len(spy.started) > before:
-            break
-        time.sleep(0.01)
+    # the first load's work has started (its decode waits at the gate)
+    spy.wait_started(before + 1)
     assert len(spy.started) == before + 1
     while_running = _encoded(600, 400, "JPEG", seed=12)
     _check(hf, fast, spy, while_running, taken=False)  # nothing started: the place is taken
     assert len(spy.started) == before + 1
     gate.set()
-    loader.join(30)
-    spy.started[before].future.result(timeout=30)  # never taken: it still ends
+    loader.join(WAIT_S)
+    assert not loader.is_alive(), f"the first load did not end in {WAIT_S} s"
+    spy.started[before].future.result(timeout=WAIT_S)  # never taken: it still ends
     _check(hf, fast, spy, _encoded(600, 400, "JPEG", seed=13))  # the place is free again
     assert len(spy.started) == before + 2
     assert_same(hf(images=[_pillow(first)], return_tensors="pt"),
@@ -347,7 +418,7 @@ def test_bytes_whose_work_nobody_took_start_none_again(offered):
     count = len(spy.started)
     image = decode.decode_bytes(sent_before)  # a cache hit: loaded, never processed
     assert len(spy.started) == count + 1
-    spy.started[-1].future.result(timeout=30)
+    spy.started[-1].future.result(timeout=WAIT_S)
     del image
     spy.started.clear()  # the spy's own references: the work is dropped for good
     gc.collect()
@@ -453,10 +524,11 @@ def test_kimi_pixel_values_made_while_decoding(kimi_offered, fmt, size):
 # resized (two sizes); kept at its size, padded on the right and at the bottom (two sizes)
 @pytest.mark.parametrize("size", [(3001, 2203), (2049, 2047), (1203, 917), (1501, 2003)],
                          ids=lambda s: f"{s[0]}x{s[1]}")
-def test_kimi_strips_wait_for_their_rows(kimi_offered, slow_decoders, fmt, size):
+def test_kimi_strips_wait_for_their_rows(kimi_offered, slow_decoders_after_pickup, fmt, size):
     _check_kimi(*kimi_offered, _encoded(*size, fmt, seed=size[0]))
     started = kimi_offered[2]["started"]
-    assert started and not started[-1].future.cancelled()  # the work ran during the decode
+    # picked up before any row was written: the work ran during the decode
+    assert started and not started[-1].future.cancelled()
 
 
 @settings(max_examples=15, deadline=None,
@@ -478,6 +550,8 @@ def test_kimi_failed_decode_and_other_output_kind(kimi_offered, monkeypatch):
     fills = counts["fills"]
     kimi.preprocess([img(ours)], **other)  # the other output kind: computed
     assert counts["fills"] == fills + 1
+    # never taken, it still ends; then the next load has its place (``limit``)
+    counts["started"][-1].future.result(timeout=WAIT_S)
     real = layer.decoder_for("png-8bit")
     monkeypatch.setitem(layer._DECODERS, "png-8bit", _slow_writer(real, fail_at=300))
     seen: list[speculation.Prepared] = []
@@ -487,7 +561,7 @@ def test_kimi_failed_decode_and_other_output_kind(kimi_offered, monkeypatch):
     ours = decode.decode_bytes(data)
     assert type(ours) is not layer.decoded_image.DecodedImage  # Pillow decoded it
     with pytest.raises(speculation.DecodeAborted):
-        seen[0].future.result(timeout=10)
+        seen[0].future.result(timeout=WAIT_S)
 
 
 def test_a_forked_child_can_offer_while_the_parent_held_the_lock():
@@ -506,7 +580,8 @@ def test_a_forked_child_can_offer_while_the_parent_held_the_lock():
                 os._exit(2)
     import signal
 
-    for _ in range(500):  # 10 s
+    deadline = time.monotonic() + WAIT_S  # it exits at once unless it hangs
+    while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             assert os.WEXITSTATUS(status) == 0
@@ -530,7 +605,7 @@ def test_work_still_queued_is_cancelled_not_waited_for():
     caller = threading.Thread(target=lambda: got.append(speculation.take(ours, owner, "key")),
                               daemon=True)
     caller.start()
-    caller.join(5)
+    caller.join(WAIT_S)  # returns at once unless the call waits on the queued work
     assert got == [None], "the call waited for work that never started"
     assert queued.cancelled() and not speculation.pending(ours)
     running: Future = Future()

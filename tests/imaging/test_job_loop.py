@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -17,6 +18,19 @@ from numba import njit  # noqa: E402
 
 from vlm_fastpath.imaging import job_loop  # noqa: E402
 from vlm_fastpath.imaging._numba_jobs import claim, finish, wait_done  # noqa: E402
+
+# How long a test waits for another thread. Generous: every wait ends as soon as its condition
+# holds (milliseconds, even on a loaded 2-core machine); only a broken build waits this long.
+WAIT_S = 60.0
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
+    """Poll ``condition`` (a state another thread reaches, e.g. a counter a GIL-free loop
+    bumps) until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.001)
 
 
 @njit(nogil=True)
@@ -46,32 +60,47 @@ def test_every_job_runs_exactly_once(workers: int) -> None:
             assert hits.tolist() == [1] * jobs, (workers, jobs)
 
 
+# How long the helper holding a job gives a caller that does not wait for it to return. Only
+# a broken caller's detection depends on it; a correct caller's outcome never does.
+RETURN_WINDOW_S = 0.5
+
+
 def test_the_caller_waits_for_jobs_other_threads_claimed() -> None:
     """A helper holding the last job keeps the caller waiting until it is done: the caller
-    returns only after every slot is written (no job is still running when it returns)."""
-    started = threading.Event()
-    release = threading.Event()
+    returns only after every slot is written (no job is still running when it returns).
+
+    No clock decides: the helper finishes its job only once the caller has finished its own
+    and then returned (a caller that does not wait) or had ``RETURN_WINDOW_S`` to; the slots
+    the caller saw when it returned must both be written."""
+    claimed = threading.Event()
+    returned = threading.Event()
     hits = np.zeros(2, np.int64)
     counters = np.zeros(job_loop.SLOTS, np.int64)
+    seen: list[tuple[bool, list[int]]] = []
 
     def slow_helper() -> None:
         job = claim(counters, 2)
         assert job == 0
-        started.set()
-        release.wait(5)
+        claimed.set()
+        _wait_for(lambda: counters[job_loop.DONE] >= 1, "the caller finished its own job")
+        returned.wait(RETURN_WINDOW_S)
         hits[job] += 1
         finish(counters)
 
-    helper = threading.Thread(target=slow_helper)
+    def caller() -> None:
+        complete = _count_jobs(counters, hits, 10, True)
+        seen.append((bool(complete), hits.tolist()))  # what it left behind as it returned
+        returned.set()
+
+    helper = threading.Thread(target=slow_helper, daemon=True)
     helper.start()
-    assert started.wait(5)
-    timer = threading.Timer(0.3, release.set)
-    timer.start()
-    t0 = time.perf_counter()
-    assert _count_jobs(counters, hits, 10, True)
-    assert time.perf_counter() - t0 >= 0.25
-    assert hits.tolist() == [1, 1]
-    helper.join()
+    assert claimed.wait(WAIT_S), "the helper never claimed its job"
+    runner = threading.Thread(target=caller, daemon=True)
+    runner.start()
+    for thread in (runner, helper):
+        thread.join(WAIT_S)
+        assert not thread.is_alive(), f"{thread.name} did not end in {WAIT_S} s"
+    assert seen == [(True, [1, 1])], "the caller returned before the helper's job was done"
 
 
 def test_a_failed_helper_is_reported_not_waited_for_forever() -> None:
@@ -86,7 +115,7 @@ def test_a_failed_helper_is_reported_not_waited_for_forever() -> None:
             claim(counters, hits.shape[0])
             claimed.set()
             raise ValueError("injected failure in a helper's job")
-        assert claimed.wait(10)  # the caller: the helper holds a job it will never finish
+        assert claimed.wait(WAIT_S)  # the caller: the helper holds a job it never finishes
         return _count_jobs(counters, hits, 0, True)
 
     hits = np.zeros(4, np.int64)
@@ -100,7 +129,7 @@ def test_a_failed_helper_is_reported_not_waited_for_forever() -> None:
 
     runner = threading.Thread(target=call, daemon=True)
     runner.start()
-    runner.join(20)
+    runner.join(WAIT_S)
     assert not runner.is_alive(), "the caller hung on a failed helper"
     assert calls == ["helper"]
     assert len(done) == 1 and isinstance(done[0], ValueError), done
@@ -167,12 +196,12 @@ def test_a_helper_that_starts_late_holds_none_of_the_calls_arrays() -> None:
 
     def block() -> None:
         started.release()
-        release.wait(10)
+        release.wait(WAIT_S)
 
     blockers = [get_pool().submit(block) for _ in range(workers)]
     try:
         for _ in range(workers):
-            assert started.acquire(timeout=10)  # every pool thread is taken
+            assert started.acquire(timeout=WAIT_S)  # every pool thread is taken
         hits = np.zeros(job_loop.DETACH_BYTES // 8, np.int64)
         ref = weakref.ref(hits)
         job_loop.run_jobs(_count_jobs, 8, (hits[:8], 10), workers)
@@ -182,40 +211,55 @@ def test_a_helper_that_starts_late_holds_none_of_the_calls_arrays() -> None:
     finally:
         release.set()
         for blocker in blockers:
-            blocker.result(10)
+            blocker.result(WAIT_S)
 
 
 def test_a_call_returns_without_waiting_for_its_helpers_to_take_the_gil_back() -> None:
     """Once every job is done the call returns, while a helper has yet to come back to
     Python (beside a thread running Python that waits up to 5 ms per helper), and its large
-    arrays are already free: the helpers hold views that do not own their memory."""
+    arrays are already free: the helpers hold views that do not own their memory.
+
+    No clock decides: the helper is inside its loop before the caller starts (so it shares
+    the jobs), and stays there, its arguments in its frame, until the call has returned; a
+    call that waited for it would only return once that wait gave up."""
     import weakref
 
     from vlm_fastpath.imaging.resize_pool import pool_size
 
     if pool_size() < 2:
         pytest.skip("needs a resize pool of 2+ threads")
-    slow = 0.5
-    returned = threading.Event()
+    entered = threading.Event()  # the helper is inside its loop
+    returned = threading.Event()  # the call has returned
+    back = threading.Event()  # the helper has left its loop
+    late: list[bool] = []  # per helper: it gave up waiting for the call to return
 
     def loop(counters, hits, spin, wait):  # noqa: ANN001, ANN202
-        done = _count_jobs(counters, hits, spin, wait)
-        if not wait:  # a helper: late back in Python, its arguments still in this frame
-            returned.wait(2)
-            time.sleep(slow)
-        return done
+        if wait:  # the caller: only once the helper is in, so that it holds some jobs
+            assert entered.wait(WAIT_S), "the helper never started"
+            return _count_jobs(counters, hits, spin, wait)
+        entered.set()
+        try:
+            done = _count_jobs(counters, hits, spin, wait)
+            # late back in Python: its arguments still in this frame until the call returned
+            late.append(not returned.wait(WAIT_S))
+            return done
+        finally:
+            back.set()
 
-    loop(np.zeros(job_loop.SLOTS, np.int64), np.zeros(4, np.int64), 10, True)  # compiled
+    _count_jobs(np.zeros(job_loop.SLOTS, np.int64), np.zeros(4, np.int64), 10, True)  # compiled
     for _ in range(3):
         big = np.zeros(job_loop.DETACH_BYTES // 8, np.int64)
         ref = weakref.ref(big)
-        start = time.perf_counter()
-        job_loop.run_jobs(loop, big.shape[0], (big, 0), 2)
-        elapsed = time.perf_counter() - start
-        returned.set()
-        assert elapsed < slow, f"the call waited {elapsed:.2f} s for a helper's return"
-        assert (big == 1).all()
-        del big
-        assert ref() is None, "a helper's arguments keep the call's array alive"
-        time.sleep(slow + 0.2)  # the helper is back: the next round starts clean
-        returned.clear()
+        try:
+            job_loop.run_jobs(loop, big.shape[0], (big, 0), 2)
+            assert (big == 1).all()
+            del big
+            # the helper is still inside its loop, holding its arguments
+            assert ref() is None, "a helper's arguments keep the call's array alive"
+        finally:
+            returned.set()
+        assert back.wait(WAIT_S), "the helper never left its loop"
+        assert late == [False], "the call waited for its helper to come back to Python"
+        for event in (entered, returned, back):
+            event.clear()
+        late.clear()

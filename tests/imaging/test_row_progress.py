@@ -20,6 +20,10 @@ from vlm_fastpath.imaging.row_progress import MARK, RowProgress
 pytestmark = pytest.mark.skipif(not row_progress.supported(),
                                 reason="rows cannot be followed on this machine")
 
+# How long a test waits for its waiter thread. Generous: it ends as soon as the rows are in
+# (milliseconds, even on a loaded 2-core machine); only a broken build waits this long.
+WAIT_S = 60.0
+
 
 def _write_rows(out: np.ndarray, image: np.ndarray, pause_every: int = 7,
                 fail_at: int | None = None) -> None:
@@ -35,8 +39,10 @@ def _write_rows(out: np.ndarray, image: np.ndarray, pause_every: int = 7,
         rows[r, :-tail] = src[r, :-tail]
 
 
-def _follow(progress: RowProgress, out: np.ndarray, step: int) -> tuple[np.ndarray, list[int]]:
-    """Copy rows as soon as they are reported written; the reports, in order."""
+def _follow(progress: RowProgress, out: np.ndarray, step: int,
+            copied: threading.Event | None = None) -> tuple[np.ndarray, list[int]]:
+    """Copy rows as soon as they are reported written; the reports, in order. ``copied`` is
+    set once the first reported rows are copied (a writer can wait for it)."""
     copies = np.zeros_like(out)
     reports = []
     have = 0
@@ -47,7 +53,14 @@ def _follow(progress: RowProgress, out: np.ndarray, step: int) -> tuple[np.ndarr
             break
         copies[have:got] = out[have:got]
         have = got
+        if copied is not None:
+            copied.set()
     return copies, reports
+
+
+def _joined(waiter: threading.Thread) -> None:
+    waiter.join(WAIT_S)
+    assert not waiter.is_alive(), f"the waiter did not end in {WAIT_S} s"
 
 
 @pytest.mark.parametrize("shape", [(257, 61, 3), (96, 1, 1), (130, 2), (64, 33, 4)])
@@ -59,12 +72,11 @@ def test_rows_are_reported_only_once_written(shape, step):
     progress.mark()
     result = {}
     waiter = threading.Thread(target=lambda: result.update(
-        zip(("copies", "reports"), _follow(progress, out, step), strict=True)))
+        zip(("copies", "reports"), _follow(progress, out, step), strict=True)), daemon=True)
     waiter.start()
     _write_rows(out, image)
     progress.done()
-    waiter.join(10)
-    assert not waiter.is_alive()
+    _joined(waiter)
     assert np.array_equal(out, image)
     assert np.array_equal(result["copies"], image)
     reports = result["reports"]
@@ -77,12 +89,12 @@ def test_an_abort_stops_the_waiter():
     progress = RowProgress(out)
     progress.mark()
     result = {}
-    waiter = threading.Thread(target=lambda: result.update(r=progress.wait(200)))
+    waiter = threading.Thread(target=lambda: result.update(r=progress.wait(200)), daemon=True)
     waiter.start()
     with pytest.raises(OSError):
         _write_rows(out, image, fail_at=120)
     progress.abort()
-    waiter.join(10)
+    _joined(waiter)
     assert result["r"] == -1
     assert progress.wait(10) == -1
 
@@ -114,18 +126,25 @@ def test_the_done_flag_counts_every_row_and_bad_buffers_are_refused():
 
 
 # -- the codec libraries themselves: what ``decode.variants.rows_in_order`` relies on -------------
-def _followed_decode(decode, data: bytes, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray,
-                                                                            list[int]]:
-    """``decode`` into a marked buffer while a thread copies rows as they are reported."""
+def _followed_decode(decode, data: bytes, shape: tuple[int, ...],
+                     copied: threading.Event | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """``decode`` into a marked buffer while a thread copies rows as they are reported
+    (``copied``: set once it copied the first ones)."""
     out = np.empty(shape, np.uint8)
     progress = RowProgress(out)
     progress.mark()
     seen: dict[str, tuple[np.ndarray, list[int]]] = {}
-    waiter = threading.Thread(target=lambda: seen.update(r=_follow(progress, out, 1)))
+    waiter = threading.Thread(target=lambda: seen.update(r=_follow(progress, out, 1, copied)),
+                              daemon=True)
     waiter.start()
-    decode(data, out)
+    try:
+        decode(data, out)
+    except BaseException:
+        progress.abort()  # the waiter stops rather than outlive the test
+        raise
     progress.done()
-    waiter.join(30)
+    _joined(waiter)
     copies, reports = seen["r"]
     return out, copies, reports
 
@@ -163,16 +182,18 @@ def test_the_codec_libraries_write_rows_once_in_order(variant, fmt, params):
 
 def test_a_decoder_writing_rows_in_two_passes_is_caught():
     """The check above can fail: a decoder that writes every row, then writes them again (an
-    alpha plane, an interlace pass) has its first-pass rows reported and copied."""
+    alpha plane, an interlace pass) has its first-pass rows reported and copied. The second
+    pass starts only once the waiter has copied first-pass rows, however late it runs."""
     image = np.random.default_rng(5).integers(0, 256, (300, 40, 3), np.uint8)
+    copied = threading.Event()
 
     def two_passes(data: bytes, out: np.ndarray) -> np.ndarray:
         for provisional in (True, False):
             for r in range(out.shape[0]):
                 out[r] = image[r] // 2 if provisional else image[r]
-                if r % 10 == 0:
-                    time.sleep(0.001)
+            if provisional:  # every mark is gone: the rows above the last are reported
+                assert copied.wait(WAIT_S), "no first-pass row was ever reported"
         return out
 
-    _, copies, reports = _followed_decode(two_passes, b"", image.shape)
+    _, copies, reports = _followed_decode(two_passes, b"", image.shape, copied)
     assert len(reports) > 1 and not np.array_equal(copies, image)
