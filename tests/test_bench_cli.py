@@ -91,7 +91,8 @@ def test_engine_use_follows_the_patch_status() -> None:
     assert applied.used is True and applied.mark == "yes"
     assert "vllm-kimi-fused-processor applied" in applied.detail
     capped = decide("qwen-tv", [
-        _status("vllm-qwen-vl-image-processor", "unsupported-version", reason="outside >=0.22,<0.34"),
+        _status("vllm-qwen-vl-image-processor", "unsupported-version",
+                reason="outside >=0.22,<0.34"),
         _status("sglang-qwen-vl-cpu-image-processor", "pending", version=None),
         _status("vllm-kimi-fused-processor", "applied"),  # another family's patch
     ])

@@ -53,8 +53,8 @@ def _processor(root: Path, name: str):
     if arch.min_vllm and Version(vllm.__version__) < Version(arch.min_vllm):
         pytest.skip(f"{arch.architecture} is served from vllm {arch.min_vllm} "
                     f"(checkpoint fixture: {arch.min_vllm} is its first working anchor)")
-    path = archs.ensure(root, name)
     try:
+        path = archs.ensure(root, name)
         config = ModelConfig(model=str(path), tokenizer=str(path), dtype="float32",
                              max_model_len=8192, trust_remote_code=arch.trust_remote_code)
         processor = MULTIMODAL_REGISTRY.create_processor(config)

@@ -4,11 +4,13 @@ sglang-qwen-vl-cpu-image-processor
     Why: SGLang preprocesses Qwen-VL images in the tokenizer process with transformers'
     ``Qwen2VLImageProcessor`` (``process_mm_data``; 0.5.23 also calls the image processor for
     its artifact cache); ours gives the same ``pixel_values``/``image_grid_thw`` faster.
-    How: after ``BaseMultimodalProcessor.__init__`` (every model's multimodal processor) its
-    ``_processor`` is handed on as a view whose ``image_processor`` is the exact twin, wherever
-    it holds a class we mirror, whatever model holds it (``adapters.hand_out.serve``). The
-    processor worker pool (``--mm-processor-worker-num``) runs each worker on a ``deepcopy`` of
-    it: a twin's copy is a twin. Calls with a device (SGLang's GPU preprocessing) go to
+    How: ``BaseMultimodalProcessor.__init__`` (every model's multimodal processor) receives
+    its HF processor as a view whose ``image_processor`` is the exact twin, wherever it holds a
+    class we mirror, whatever model holds it; after it, the status is recorded per model and
+    the decode layer is offered the twin (``adapters.hand_out.serve``). The view goes in first
+    because the processor worker pool (``--mm-processor-worker-num``) built there runs each
+    worker on a ``deepcopy`` of it (0.5.17-0.5.19 clone it there and then): a twin's copy is a
+    twin. Calls with a device (SGLang's GPU preprocessing) go to
     transformers unless ``VLM_FASTPATH_CPU_PREPROCESS=1``; the status says so per model, and
     no decode work is started for a processor that will not take it. Processors built while
     the patch was applied keep the view after a revert, but the twin then answers with
@@ -107,12 +109,33 @@ class GpuImageDecode:
         return self.default
 
 
+def _with_view(args: tuple[Any, ...], kwargs: dict[str, Any], kind: Any,
+               patch: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``__init__``'s arguments with the HF processor (third, or ``_processor=``) replaced by
+    its view (the status and the offer wait for the device choice, after __init__)."""
+    try:
+        if len(args) >= 3:
+            return (*args[:2], kind.processor_view(args[2], patch), *args[3:]), kwargs
+        if "_processor" in kwargs:
+            return args, {**kwargs, "_processor": kind.processor_view(kwargs["_processor"],
+                                                                      patch)}
+    except Exception as exc:  # noqa: BLE001 - the engine keeps its processor
+        from ...adapters.twins import logger
+
+        logger.warning("vlm_fastpath: %s: keeping SGLang's processor (%r)", patch, exc)
+    return args, kwargs
+
+
 def make_init(original: Any, kind_module: str, patch: str,
               decode: GpuImageDecode | None = None) -> Any:
     kind = importlib.import_module(f"vlm_fastpath.patches.adapters.{kind_module}").KIND
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        # The view goes in before SGLang's own __init__ runs: the processor worker pool it
+        # builds there clones ``_processor`` (eagerly in 0.5.17-0.5.19), so a view handed on
+        # afterwards would never reach the pool's workers.
+        args, kwargs = _with_view(args, kwargs, kind, patch)
         original(self, *args, **kwargs)
         processor = self.__dict__.get("_processor")
         if processor is None:
