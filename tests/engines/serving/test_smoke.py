@@ -68,6 +68,17 @@ def _chat(base_url: str, model: str, timeout: float = 120.0) -> dict:
         return json.loads(resp.read())
 
 
+def _wait_for_processor_lines(log_path: Path, before: int, timeout: float = 60.0) -> None:
+    """Until the server's log shows the request's processor calls (its output may reach the
+    file a little after the answer); the assertions below say what is missing if never."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log_path.read_text(errors="replace")[before:]
+        if any(c["proc"] != e2e.LOAD for c in e2e.probe_calls(text)):
+            return
+        time.sleep(0.1)
+
+
 def test_kimi_image_request_served_by_vlm_fastpath(tmp_path: Path) -> None:
     t0 = time.monotonic()
     spec = e2e.MODELS["kimi"]
@@ -83,7 +94,7 @@ def test_kimi_image_request_served_by_vlm_fastpath(tmp_path: Path) -> None:
             pytest.fail(f"server did not start: {exc}\n{server.tail()}")
         before = len(log_path.read_text(errors="replace"))
         answer = _chat(server.base_url, str(model_dir))
-        time.sleep(0.5)
+        _wait_for_processor_lines(log_path, before)
     finally:
         e2e.stop_server(server)
     assert answer["choices"], answer
