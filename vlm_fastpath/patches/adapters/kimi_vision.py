@@ -60,6 +60,9 @@ class FastpathKimiVisionProcessor(BaseImageProcessor):
         processor, which answers faulted calls and every call once ``patch`` is faulted."""
         self.__dict__["_vlm_patch"] = patch
         self.__dict__["_vlm_engine_fallback"] = fallback
+        offer = self.__dict__.get("_vlm_offer")
+        if offer is not None:
+            offer.patch = patch  # the offer serves while this patch does
 
     @property
     def serving_patch(self) -> str:
