@@ -242,3 +242,15 @@ def test_device_preprocessing_is_reported_and_offers_nothing(root, monkeypatch):
     assert offered is None or offered is not twin._vlm_offer
     status = {r["name"]: r for r in vlm_fastpath.status("vllm")}[IMAGE_PATCH]
     assert "preprocesses on cuda" in status["reason"], status
+
+
+def test_the_status_table_lists_exactly_the_models_tested():
+    """What ``doctor`` says the patches serve is what this file proves (data, not comments)."""
+    image = REGISTRY.get(IMAGE_PATCH).models
+    video = REGISTRY.get(VIDEO_PATCH).models
+    assert {a for a, why in image.items() if not why} == {
+        archs.ARCHS[n].architecture for n in archs.ARCHS}
+    assert {a for a, why in video.items() if not why} == {
+        archs.ARCHS[n].architecture for n in archs.ARCHS if archs.ARCHS[n].prompt_video}
+    unverified = {a for a, why in image.items() if why}
+    assert {text.partition(":")[0] for text in archs.missing.values()} == unverified
