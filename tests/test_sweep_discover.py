@@ -268,7 +268,7 @@ def _fake_site(root: Path, kimi: str) -> Path:
     """A site-packages holding the vLLM modules the patches touch (one of them given)."""
     site = root / envs.SITE
     for module in ("transformers_utils/processor", "model_executor/models/kimi_k25",
-                   "multimodal/media/image", "model_executor/models/qwen2_vl"):
+                   "multimodal/media/image", "multimodal/processing/context"):
         path = site / "vllm" / f"{module}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(kimi if module.endswith("kimi_k25") else f"# {module}\n")
