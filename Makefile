@@ -4,6 +4,11 @@
 # checkout (~/.cache/vlm-fastpath/envs) and reached through thin overlays in .envs/ (ci/README.md).
 
 PYTHON ?= python3.11
+# The envs are installed without byte-compiling (pip --no-compile, ci/envs.py): each module is
+# compiled when first imported and its .pyc kept. A shell that sets PYTHONDONTWRITEBYTECODE
+# (this machine's does) would make every test process compile torch, transformers and the
+# engine from source again: the suites' processes write their .pyc.
+unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip

@@ -170,7 +170,8 @@ def build(name: str) -> Path:
         # --no-compile: pip would byte-compile every module of torch, vLLM, SGLang and
         # transformers (minutes of CPU per cold run, for modules no test imports); Python
         # compiles what is imported on first use and keeps it in the env (the cache is
-        # writable), so the env is the same. Not in RECIPE: envs built before are equal.
+        # writable; the Makefile unexports PYTHONDONTWRITEBYTECODE so that it may), so the env
+        # is the same. Not in RECIPE: envs built before are equal.
         _run([py, "-m", "pip", "install", "-q", "--no-compile",
               *([] if s.with_deps else ["--no-deps"]), "-r", str(req)], log)
         for step in s.post:

@@ -33,6 +33,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     terminalreporter.write_line(f"engine suite ran against vllm {vllm.__version__} ({sys.prefix})")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _model_info_cached():
+    """vLLM's model-info cache holds every architecture the suite loads before the first test
+    (one subprocess, not one per architecture: fixtures/vllm_model_info.py)."""
+    from fixtures import vllm_model_info
+
+    vllm_model_info.fill(vllm_model_info.architectures())
+
+
 @pytest.fixture(scope="session")
 def vllm_version():
     from packaging.version import Version
