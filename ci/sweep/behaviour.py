@@ -58,6 +58,11 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
         "test_threaded_mm_hash.py::test_digest_is_the_releases",
         "test_threaded_mm_hash.py::test_only_large_items_get_threads",
     ),
+    "vllm-vision-chunk-hash-bytes": (
+        "test_vision_chunk_hash.py::test_key_is_vllms_key_for_the_file",
+        "test_vision_chunk_hash.py::test_hashing_reads_the_file_not_the_pixels",
+        "test_vision_chunk_hash.py::test_same_file_same_key_other_file_or_setting_other_key",
+    ),
     "vllm-qwen-vl-image-processor": _QWEN_VLLM,
     "vllm-qwen-vl-video-processor": _QWEN_VIDEO_VLLM,
     # SGLang

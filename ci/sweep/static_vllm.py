@@ -45,6 +45,11 @@ CONTEXT = "vllm.multimodal.processing.context"
 CONTEXT_CLASS = "InputProcessingContext"
 QWEN_IMAGE = "vllm-qwen-vl-image-processor"
 QWEN_VIDEO = "vllm-qwen-vl-video-processor"
+# Where the resolution of unified vision chunks lives, newest first (0.33+, 0.32, 0.16-0.31):
+# the vision-chunk hash patch's trigger is the first of these the release has.
+VISION_CHUNK_HOMES = ("vllm.renderers.chat_utils.item_tracker", "vllm.renderers.chat_utils",
+                      "vllm.entrypoints.chat_utils")
+RESOLVE = "_resolve_vision_chunk_items"
 FUSED_CLS = "KimiK25FusedVisionProcessor"
 # What FastpathKimiVisionProcessor (vlm_fastpath/patches/adapters/kimi_vision.py)
 # answers; vLLM calling anything else on its image processor does not fit our adapter.
@@ -261,6 +266,19 @@ def facts(r: Release) -> dict[str, object]:
         piece in text for piece in ("_get_hasher_factory(", "hasher_factory()", ".update(",
                                     ".hexdigest()"))
 
+    # chat utils: _resolve_vision_chunk_items (unwraps each image chunk's MediaWithBytes);
+    # multimodal/hasher.py: MultiModalHasher.serialize_item (its MediaWithBytes image branch)
+    home = next((m for m in VISION_CHUNK_HOMES if r.exists(m)), None)
+    f["vision_chunk_home"] = home
+    resolve = r.func(home, RESOLVE) if home else None
+    f["vision_chunk_resolve_params"] = params(resolve) if resolve else None
+    f["vision_chunk_resolve_unwraps_media"] = "data.media" in r.source(home or "", resolve)
+    serialize = r.func(HASHER, "serialize_item", cls="MultiModalHasher")
+    f["hasher_serialize_item_params"] = params(serialize) if serialize else None
+    f["hasher_hashes_wrapped_images_by_bytes"] = bool(re.search(
+        r"isinstance\(obj, MediaWithBytes\) and isinstance\(obj\.media, Image\.Image\)",
+        r.source(HASHER, serialize))) and "obj.original_bytes" in r.source(HASHER, serialize)
+
     # multimodal/processing/context.py: InputProcessingContext.get_hf_processor and
     # .call_hf_processor
     klass = r.klass(CONTEXT, CONTEXT_CLASS)
@@ -281,6 +299,7 @@ def patched_files(r: Release) -> list[str]:
     ``from ... import`` copy of an object a patch rebinds."""
     names = {PROCESSOR, KIMI, KIMI_VIT, KIMI_FUSED, MEDIA_IMAGE, KIMI_HF_PROCESSOR, HASHER}
     names |= {CONTEXT}
+    names |= {next((m for m in VISION_CHUNK_HOMES if r.exists(m)), HASHER)}
     names |= set(r.modules_importing(KIMI_FUSED, FUSED_CLS))
     for name in ("get_image_processor", "cached_get_image_processor"):
         names |= set(r.modules_importing(PROCESSOR, name))
@@ -439,6 +458,17 @@ def _context_note(f):
             else f"context.py: {CONTEXT_CLASS} lacks get_hf_processor/call_hf_processor")
 
 
+def _vision_chunk_failed(f):
+    if f["vision_chunk_resolve_params"][:3] != [
+            "vision_chunk_items", "mm_processor", "vision_chunks_modality_order"]:
+        return f"{RESOLVE}({', '.join(f['vision_chunk_resolve_params'])}) has another shape"
+    if f["hasher_serialize_item_params"] != ["cls", "obj"]:
+        return "hasher.py: MultiModalHasher.serialize_item is not (cls, obj)"
+    if not f["hasher_hashes_wrapped_images_by_bytes"]:
+        return "hasher.py: serialize_item does not hash a MediaWithBytes image by its bytes"
+    return None
+
+
 def _qwen(kind: str) -> Rule:
     """Both patches wrap the same two methods; the video patch stacks on the image patch."""
     return Rule(
@@ -536,6 +566,17 @@ RULES: dict[str, Rule] = {
             "_get_hasher_factory(algorithm)() and update it"),
         applies=lambda f: ("hasher.py: hash_kwargs makes its hasher by "
                            "_get_hasher_factory(algorithm)()"),
+    ),
+    "vllm-vision-chunk-hash-bytes": Rule(
+        trigger=HASHER,  # the resolution's home varies by release: read into the facts
+        not_needed=lambda f: None if f["vision_chunk_resolve_params"] is not None else (
+            f"no {RESOLVE} (no unified vision chunks)"),
+        failed=_vision_chunk_failed,
+        applies=lambda f: (f"{f['vision_chunk_home']}.{RESOLVE} unwraps each image's "
+                           "MediaWithBytes; serialize_item hashes a wrapped image by its bytes"),
+        upstream=lambda f: None if f["vision_chunk_resolve_params"] is None or f[
+            "vision_chunk_resolve_unwraps_media"] else (
+            f"{RESOLVE} does not unwrap the image's MediaWithBytes"),
     ),
     QWEN_IMAGE: _qwen("image"),
     QWEN_VIDEO: _qwen("video"),

@@ -19,6 +19,17 @@ FUSED = "vllm.transformers_utils.processors.kimi_k25_vision_fused"
 VIT = "vllm.model_executor.models.kimi_k25_vit"
 
 
+def _import_what_a_server_imports() -> None:
+    """The Kimi model module (the processor's door) and the chat renderer's vision-chunk
+    resolution (the API server imports it at start)."""
+    import importlib
+
+    from vlm_fastpath.patches.vllm.vision_chunk_hash.renderers_chat_utils import resolution_home
+
+    importlib.import_module(KIMI)
+    importlib.import_module(resolution_home())
+
+
 def _targets() -> dict[str, object]:
     """The vLLM objects our patches may replace (whichever this release has)."""
     out: dict[str, object] = {}
@@ -74,9 +85,7 @@ def plugin(model_dir: Path) -> dict[str, object]:
     load_general_plugins()
     load_general_plugins()  # vLLM calls it in several places: must be idempotent
     armed = sorted(activation._armed)
-    import importlib
-
-    importlib.import_module(KIMI)
+    _import_what_a_server_imports()
     return {
         "entry_points": eps,
         "armed": armed,
@@ -87,10 +96,8 @@ def plugin(model_dir: Path) -> dict[str, object]:
 
 def disabled(model_dir: Path) -> dict[str, object]:
     """VLM_FASTPATH=0 at start; then apply() and revert() in the same process."""
-    import importlib
-
     assert os.environ.get("VLM_FASTPATH") == "0"
-    importlib.import_module(KIMI)
+    _import_what_a_server_imports()
     import vlm_fastpath
 
     originals = _targets()

@@ -56,6 +56,7 @@ def _expected(version: Version) -> dict[str, str]:
             "vllm-image-loader-client-errors": loader,
             "vllm-fast-image-decode": fast_decode,
             "vllm-threaded-mm-hash": "applied",
+            "vllm-vision-chunk-hash-bytes": "applied",
             **QWEN_APPLIED,
         }
     return {
@@ -67,6 +68,7 @@ def _expected(version: Version) -> dict[str, str]:
         "vllm-image-loader-client-errors": loader,
         "vllm-fast-image-decode": fast_decode,
         "vllm-threaded-mm-hash": "applied",
+        "vllm-vision-chunk-hash-bytes": "applied",
         **QWEN_APPLIED,
     }
 

@@ -8,7 +8,6 @@ the way the release calls it (``hash_kwargs(algorithm, /, **items)`` from 0.27, 
 
 from __future__ import annotations
 
-import inspect
 import multiprocessing
 import threading
 
@@ -18,6 +17,8 @@ import torch
 from PIL import Image
 
 import vlm_fastpath
+from fixtures.vllm_requests import hasher_takes_algorithm
+from fixtures.vllm_requests import mm_digest as digest
 from vlm_fastpath.patches.vllm.threaded_mm_hash import multimodal_hasher as patch_module
 
 vllm = pytest.importorskip("vllm")
@@ -34,20 +35,6 @@ def _clip(frames: int = 24, height: int = 480, width: int = 640, seed: int = 0) 
 
 def _status() -> dict:
     return next(r for r in vlm_fastpath.status("vllm") if r["name"] == NAME)
-
-
-def _takes_algorithm() -> bool:
-    params = list(inspect.signature(hasher_module.MultiModalHasher.hash_kwargs).parameters)
-    return bool(params) and params[0] == "algorithm"
-
-
-def digest(algorithm: str, monkeypatch: pytest.MonkeyPatch, **items: object) -> str:
-    """The installed ``hash_kwargs``'s digest of ``items``, called as this release calls it."""
-    hasher_cls = hasher_module.MultiModalHasher
-    if _takes_algorithm():
-        return hasher_cls.hash_kwargs(algorithm, **items)
-    monkeypatch.setenv("VLLM_MM_HASHER_ALGORITHM", algorithm)
-    return hasher_cls.hash_kwargs(**items)
 
 
 def _media_with_bytes() -> type | None:
@@ -179,7 +166,7 @@ def _child_digest(queue) -> None:
     from vllm.multimodal.hasher import MultiModalHasher
 
     clip = _clip(seed=1)
-    if _takes_algorithm():
+    if hasher_takes_algorithm():
         queue.put(MultiModalHasher.hash_kwargs("blake3", video=clip))
     else:
         queue.put(MultiModalHasher.hash_kwargs(video=clip))

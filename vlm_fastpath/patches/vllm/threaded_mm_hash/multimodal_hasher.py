@@ -51,9 +51,12 @@ def payload_bytes(values: Iterable[Any], enough: int) -> int:
     """About how many bytes vLLM's serializer feeds the hasher for ``values``; counting stops
     at ``enough``. Arrays, tensors and buffers count their bytes, PIL images their pixels, a
     ``MediaWithBytes`` the smaller of its media and its encoded bytes (what vLLM hashes);
-    lists, tuples and dicts their elements; anything else nothing. A wrong estimate costs
+    lists, tuples and dicts their elements; an image that remembers its file (``encoded_source``)
+    that file's bytes; anything else nothing. A wrong estimate costs
     time, never the digest."""
     from PIL import Image
+
+    from ...adapters.encoded_source import encoded_size
 
     stack = list(values)
     total = visits = 0
@@ -67,7 +70,9 @@ def payload_bytes(values: Iterable[Any], enough: int) -> int:
         elif isinstance(obj, dict):
             stack.extend(list(obj.values())[:MAX_VISITS])
         elif isinstance(obj, Image.Image):
-            total += obj.width * obj.height * len(obj.getbands())
+            encoded = encoded_size(obj)  # hashed by its file (vllm-vision-chunk-hash-bytes)
+            total += encoded if encoded is not None else (
+                obj.width * obj.height * len(obj.getbands()))
         elif hasattr(obj, "media") and hasattr(obj, "original_bytes"):
             encoded = obj.original_bytes
             total += min(payload_bytes((obj.media,), enough),
