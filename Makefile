@@ -33,7 +33,8 @@ $(STAMP): pyproject.toml setup.py $(CORE_PINS) vlm_fastpath.pth
 # The benchmark runs in the vLLM 0.33.0 env so vLLM's own fused Kimi processor is a contender;
 # then the processor vLLM itself hands out is timed with and without the plugin; then Qwen-VL
 # (ours vs the transformers torchvision and PIL processors, then vLLM's own Qwen2.5-VL
-# processor with and without the plugin), Qwen-VL video, both beside a thread running Python,
+# processor with and without the plugin), what one image request costs vLLM's API server stage
+# by stage (Kimi and Qwen), Qwen-VL video, both beside a thread running Python,
 # decoding; last, bytes to Qwen
 # pixel_values against SGLang 0.5.23's native pipeline, in that release's env.
 # Its chart and JSON go to benchmarks/results/local/ (ignored by git: a run leaves the tree
@@ -48,6 +49,7 @@ bench: venv
 	$(BENCH_ENV)/bin/python -m benchmarks.vllm_processor
 	$(BENCH_ENV)/bin/python -m benchmarks.qwen_preprocess
 	$(BENCH_ENV)/bin/python -m benchmarks.vllm_qwen_processor
+	$(BENCH_ENV)/bin/python -m benchmarks.frontend
 	$(BENCH_ENV)/bin/python -m benchmarks.qwen_video
 	$(BENCH_ENV)/bin/python -m benchmarks.beside_busy
 	$(BENCH_ENV)/bin/python -m benchmarks.decode

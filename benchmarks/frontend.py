@@ -1,0 +1,257 @@
+"""What one image request costs vLLM's API server, stage by stage, with and without vlm-fastpath.
+
+Run inside an engine env (vLLM 0.33+) from the repository root::
+
+    .envs/vllm-0.33.0/bin/python -m benchmarks.frontend [--rounds 7] [--json PATH]
+
+One process, vLLM's own objects for each stage of an OpenAI chat request carrying one image
+as a base64 data URL, every request a processor-cache miss (a new file each round):
+
+- ``body``: ``json.loads`` of the request body;
+- ``base64``: the data URL's payload decoded;
+- ``decode``: ``ImageMediaIO.load_bytes`` (the release's loader: a ``MediaWithBytes``);
+- ``parse``: Kimi: the chat renderer's ``_resolve_vision_chunk_items``; both: the processor's
+  data parser;
+- ``hash``: ``ProcessorInputs.get_mm_hashes`` (the processor-cache key, prefix caching's
+  identifier);
+- ``processor``: ``_apply_hf_processor_main`` (the HF processor call and vLLM's field checks);
+- ``serialize``: vLLM's ``MsgpackEncoder`` on the processed tensors (what goes to the engine
+  core; ``MiB out`` is its size).
+
+Not measured yet (issue #51): chat template and tokenization, prompt update, request build and
+the ZMQ send. ``cpu`` is the process CPU time of the stages above (threads included), ``wall``
+their sum. Models: Kimi K2.5 (vLLM's Kimi processing info on a tiny local folder) and
+Qwen2.5-VL (``MULTIMODAL_REGISTRY.create_processor`` on a tiny checkpoint, float32 and uint8).
+Before timing, each side's processed tensors are checked equal (``torch.equal``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib
+import inspect
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+STAGES = ("body", "base64", "decode", "parse", "hash", "processor", "serialize")
+# name -> (format, width, height)
+IMAGES = {
+    "jpeg-1280x960": ("JPEG", 1280, 960),
+    "jpeg-4032x3024": ("JPEG", 4032, 3024),
+    "png-2048x2048": ("PNG", 2048, 2048),
+}
+MODEL_ID = "org/model"
+
+
+def encoded(fmt: str, width: int, height: int, seed: int) -> bytes:
+    """A photograph-like image file (a new one per seed: every request a cache miss)."""
+    import io
+
+    from benchmarks.qwen_preprocess import photo_like
+
+    out = io.BytesIO()
+    photo_like(seed, width, height).save(out, fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+    return out.getvalue()
+
+
+def request_body(data: bytes, fmt: str) -> bytes:
+    url = f"data:image/{fmt.lower()};base64,{base64.b64encode(data).decode()}"
+    return json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}},
+        {"type": "text", "text": "Describe the image."}]}]}).encode()
+
+
+class Model:
+    """One model's processor and the stage functions that differ by model."""
+
+    def __init__(self, name: str, processor: Any, kimi: bool) -> None:
+        self.name, self.processor, self.kimi = name, processor, kimi
+
+    def parse(self, wrapper: Any) -> Any:
+        if self.kimi:
+            from vlm_fastpath.patches.vllm.vision_chunk_hash.renderers_chat_utils import (
+                RESOLVE,
+                resolution_home,
+            )
+
+            resolve = getattr(importlib.import_module(resolution_home()), RESOLVE)
+            chunks, _ = resolve([(wrapper, None)], None, ["image"])
+            return self.processor.data_parser.parse_mm_data({"vision_chunk": chunks})
+        return self.processor.info.parse_mm_data({"image": [wrapper]})
+
+
+def kimi_model(root: Path) -> Model:
+    import torch
+    from vllm.model_executor.models import kimi_k25
+
+    from fixtures.vllm_kimi_model import make_model_dir
+    from fixtures.vllm_requests import kimi_mm_processor
+
+    processor = kimi_mm_processor(kimi_k25, make_model_dir(root), torch.float32)
+    return Model("kimi-k2.5", processor, kimi=True)
+
+
+def qwen_model(root: Path, uint8: bool) -> Model:
+    from benchmarks.vllm_qwen_processor import build, checkpoint
+
+    processor, _ = build(checkpoint(root), uint8=uint8)
+    return Model(f"qwen2.5-vl-{'uint8' if uint8 else 'float32'}", processor, kimi=False)
+
+
+def hashes(items: Any) -> Any:
+    from vllm.multimodal.processing.inputs import ProcessorInputs
+
+    inputs = ProcessorInputs(prompt=[0], mm_data_items=items)
+    params = inspect.signature(inputs.get_mm_hashes).parameters
+    args = (MODEL_ID, "blake3") if "hash_algorithm" in params else (MODEL_ID,)
+    return inputs.get_mm_hashes(*args)
+
+
+def tensors(processed: Any) -> dict[str, Any]:
+    import torch
+
+    return {k: v for k, v in dict(processed).items() if isinstance(v, torch.Tensor)}
+
+
+def one_request(model: Model, body: bytes) -> tuple[dict[str, float], float, dict[str, Any],
+                                                    int]:
+    """Each stage's wall ms, the CPU ms of all, the processed tensors, the bytes sent."""
+    from vllm.multimodal.media.image import ImageMediaIO
+    from vllm.v1.serial_utils import MsgpackEncoder
+
+    wall: dict[str, float] = {}
+    state: dict[str, Any] = {"body": body}
+    steps: dict[str, Callable[[], Any]] = {
+        "body": lambda: json.loads(state["body"]),
+        "base64": lambda: base64.b64decode(
+            state["body_out"]["messages"][0]["content"][0]["image_url"]["url"].split(",", 1)[1]),
+        "decode": lambda: ImageMediaIO().load_bytes(state["base64_out"]),
+        "parse": lambda: model.parse(state["decode_out"]),
+        "hash": lambda: hashes(state["parse_out"]),
+        "processor": lambda: model.processor._apply_hf_processor_main(state["parse_out"], {}),
+        "serialize": lambda: MsgpackEncoder().encode(tensors(state["processor_out"])),
+    }
+    cpu0 = time.process_time()
+    for stage in STAGES:
+        t0 = time.perf_counter()
+        state[f"{stage}_out"] = steps[stage]()
+        wall[stage] = (time.perf_counter() - t0) * 1000.0
+    cpu = (time.process_time() - cpu0) * 1000.0
+    sent = sum(memoryview(b).nbytes for b in state["serialize_out"])
+    return wall, cpu, tensors(state["processor_out"]), sent
+
+
+def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+
+
+def bench(model: Model, image: str, rounds: int) -> dict[str, Any]:
+    import vlm_fastpath
+
+    fmt, width, height = IMAGES[image]
+    bodies = [request_body(encoded(fmt, width, height, seed), fmt)
+              for seed in range(2 * rounds + 2)]
+    _, _, ours, _ = one_request(model, bodies[-1])  # warm-up, and the outputs compared
+    vlm_fastpath.revert("vllm")
+    try:
+        _, _, theirs, _ = one_request(model, bodies[-1])
+        _, _, _, _ = one_request(model, bodies[-2])  # warm-up of the plain path
+    finally:
+        vlm_fastpath.apply("vllm")
+    exact = same(ours, theirs)
+    del ours, theirs
+    walls: dict[str, list[dict[str, float]]] = {"with": [], "without": []}
+    cpus: dict[str, list[float]] = {"with": [], "without": []}
+    sent: dict[str, int] = {}
+    for r in range(rounds):
+        for side in (("with", "without") if r % 2 == 0 else ("without", "with")):
+            body = bodies[2 * r + (side == "without")]
+            if side == "without":
+                vlm_fastpath.revert("vllm")
+            try:
+                wall, cpu, _, sent[side] = one_request(model, body)
+            finally:
+                if side == "without":
+                    vlm_fastpath.apply("vllm")
+            walls[side].append(wall)
+            cpus[side].append(cpu)
+    row: dict[str, Any] = {"model": model.name, "image": image, "exact": exact,
+                           "file_mib": len(bodies[0]) * 3 / 4 / 2**20}
+    for side in ("with", "without"):
+        row[side] = {stage: statistics.median(w[stage] for w in walls[side])
+                     for stage in STAGES}
+        row[side]["wall"] = statistics.median(sum(w.values()) for w in walls[side])
+        row[side]["cpu"] = statistics.median(cpus[side])
+        row[side]["sent_mib"] = sent[side] / 2**20
+    return row
+
+
+def report(rows: list[dict[str, Any]], rounds: int) -> str:
+    import vllm
+
+    lines = [f"# vLLM {vllm.__version__}: API-server stages per image request, medians of "
+             f"{rounds} rounds (ms), load {os.getloadavg()[0]:.1f}", ""]
+    head = "| model | image | side | " + " | ".join(STAGES) + " | wall | cpu | MiB out | exact |"
+    lines += [head, "|" + "---|" * (head.count("|") - 1)]
+    for row in rows:
+        for side in ("with", "without"):
+            v = row[side]
+            stages = " | ".join(f"{v[s]:.2f}" for s in STAGES)
+            lines.append(f"| {row['model']} | {row['image']} | {side} | {stages} | "
+                         f"{v['wall']:.1f} | {v['cpu']:.1f} | {v['sent_mib']:.1f} | "
+                         f"{'yes' if row['exact'] else 'NO'} |")
+    lines.append("")
+    for row in rows:
+        lines.append(f"- {row['model']} {row['image']}: wall {row['without']['wall']:.1f} -> "
+                     f"{row['with']['wall']:.1f} ms "
+                     f"({row['without']['wall'] / row['with']['wall']:.2f}x), hash "
+                     f"{row['without']['hash']:.2f} -> {row['with']['hash']:.2f} ms")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--images", default=",".join(IMAGES))
+    parser.add_argument("--models", default="kimi,qwen-float32,qwen-uint8")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    import vlm_fastpath
+    from vlm_fastpath.patches.vllm.vision_chunk_hash.renderers_chat_utils import resolution_home
+
+    importlib.import_module(resolution_home())  # the chat renderer, as the API server has it
+    vlm_fastpath.apply("vllm")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            model = (kimi_model(Path(tmp)) if name == "kimi"
+                     else qwen_model(Path(tmp), uint8=name == "qwen-uint8"))
+            for image in args.images.split(","):
+                rows.append(bench(model, image, args.rounds))
+                print(f"done {model.name} {image}", file=sys.stderr, flush=True)
+    print(report(rows, args.rounds))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rows, indent=1))
+    ok = all(row["exact"] for row in rows)
+    if not ok:
+        print("NOT EXACT: see the 'exact' column", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
