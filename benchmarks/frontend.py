@@ -16,10 +16,13 @@ as a base64 data URL, every request a processor-cache miss (a new file each roun
   identifier);
 - ``processor``: ``_apply_hf_processor_main`` (the HF processor call and vLLM's field checks);
 - ``serialize``: vLLM's ``MsgpackEncoder`` on the processed tensors (what goes to the engine
-  core; ``MiB out`` is its size).
+  core; ``MiB out`` is its size);
+- ``send``: those frames sent as vLLM's core client sends them (``send_multipart(copy=False)``
+  over a ZMQ ``ipc://`` socket) to a stand-in engine core in another process, until it has
+  received them all.
 
-Not measured yet (issue #51): chat template and tokenization, prompt update, request build and
-the ZMQ send. ``cpu`` is the process CPU time of the stages above (threads included), ``wall``
+Not measured yet (issue #51): chat template and tokenization, prompt update, the rest of the
+request build. ``cpu`` is the process CPU time of the stages above (threads included), ``wall``
 their sum. Models: Kimi K2.5 (vLLM's Kimi processing info on a tiny local folder) and
 Qwen2.5-VL (``MULTIMODAL_REGISTRY.create_processor`` on a tiny checkpoint, float32 and uint8).
 Before timing, each side's processed tensors are checked equal (``torch.equal``).
@@ -43,7 +46,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-STAGES = ("body", "base64", "decode", "parse", "hash", "processor", "serialize")
+STAGES = ("body", "base64", "decode", "parse", "hash", "processor", "serialize", "send")
 # name -> (format, width, height)
 IMAGES = {
     "jpeg-1280x960": ("JPEG", 1280, 960),
@@ -123,8 +126,49 @@ def tensors(processed: Any) -> dict[str, Any]:
     return {k: v for k, v in dict(processed).items() if isinstance(v, torch.Tensor)}
 
 
-def one_request(model: Model, body: bytes) -> tuple[dict[str, float], float, dict[str, Any],
-                                                    int]:
+RECEIVER = """
+import sys, zmq
+ctx = zmq.Context()
+pull = ctx.socket(zmq.PULL); pull.connect("ipc://" + sys.argv[1])
+ack = ctx.socket(zmq.PUSH); ack.connect("ipc://" + sys.argv[1] + ".ack")
+while True:
+    frames = pull.recv_multipart(copy=False)
+    if len(frames) == 1 and frames[0].bytes == b"stop":
+        break
+    ack.send(str(sum(len(f.buffer) for f in frames)).encode())
+"""
+
+
+class EngineCoreStandIn:
+    """Receives what the API server sends, in its own process (its CPU is not counted)."""
+
+    def __init__(self, folder: Path) -> None:
+        import subprocess
+
+        import zmq
+
+        path = str(folder / "engine-core-input")
+        self.context = zmq.Context()
+        self.push = self.context.socket(zmq.PUSH)
+        self.push.bind(f"ipc://{path}")
+        self.ack = self.context.socket(zmq.PULL)
+        self.ack.bind(f"ipc://{path}.ack")
+        self.process = subprocess.Popen([sys.executable, "-c", RECEIVER, path])
+
+    def send(self, frames: Any) -> int:
+        self.push.send_multipart(frames, copy=False)
+        return int(self.ack.recv())
+
+    def close(self) -> None:
+        self.push.send(b"stop")
+        self.process.wait(timeout=30)
+        self.context.destroy(linger=0)
+
+
+Timed = tuple[dict[str, float], float, dict[str, Any], int]
+
+
+def one_request(model: Model, body: bytes, engine: EngineCoreStandIn) -> Timed:
     """Each stage's wall ms, the CPU ms of all, the processed tensors, the bytes sent."""
     from vllm.multimodal.media.image import ImageMediaIO
     from vllm.v1.serial_utils import MsgpackEncoder
@@ -140,6 +184,7 @@ def one_request(model: Model, body: bytes) -> tuple[dict[str, float], float, dic
         "hash": lambda: hashes(state["parse_out"]),
         "processor": lambda: model.processor._apply_hf_processor_main(state["parse_out"], {}),
         "serialize": lambda: MsgpackEncoder().encode(tensors(state["processor_out"])),
+        "send": lambda: engine.send(state["serialize_out"]),
     }
     cpu0 = time.process_time()
     for stage in STAGES:
@@ -147,7 +192,7 @@ def one_request(model: Model, body: bytes) -> tuple[dict[str, float], float, dic
         state[f"{stage}_out"] = steps[stage]()
         wall[stage] = (time.perf_counter() - t0) * 1000.0
     cpu = (time.process_time() - cpu0) * 1000.0
-    sent = sum(memoryview(b).nbytes for b in state["serialize_out"])
+    sent = state["send_out"]
     return wall, cpu, tensors(state["processor_out"]), sent
 
 
@@ -158,17 +203,17 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
         a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
 
 
-def bench(model: Model, image: str, rounds: int) -> dict[str, Any]:
+def bench(model: Model, image: str, rounds: int, engine: EngineCoreStandIn) -> dict[str, Any]:
     import vlm_fastpath
 
     fmt, width, height = IMAGES[image]
     bodies = [request_body(encoded(fmt, width, height, seed), fmt)
               for seed in range(2 * rounds + 2)]
-    _, _, ours, _ = one_request(model, bodies[-1])  # warm-up, and the outputs compared
+    _, _, ours, _ = one_request(model, bodies[-1], engine)  # warm-up, and the outputs compared
     vlm_fastpath.revert("vllm")
     try:
-        _, _, theirs, _ = one_request(model, bodies[-1])
-        _, _, _, _ = one_request(model, bodies[-2])  # warm-up of the plain path
+        _, _, theirs, _ = one_request(model, bodies[-1], engine)
+        _, _, _, _ = one_request(model, bodies[-2], engine)  # warm-up of the plain path
     finally:
         vlm_fastpath.apply("vllm")
     exact = same(ours, theirs)
@@ -182,7 +227,7 @@ def bench(model: Model, image: str, rounds: int) -> dict[str, Any]:
             if side == "without":
                 vlm_fastpath.revert("vllm")
             try:
-                wall, cpu, _, sent[side] = one_request(model, body)
+                wall, cpu, _, sent[side] = one_request(model, body, engine)
             finally:
                 if side == "without":
                     vlm_fastpath.apply("vllm")
@@ -237,12 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     vlm_fastpath.apply("vllm")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        engine = EngineCoreStandIn(Path(tmp))
         for name in args.models.split(","):
             model = (kimi_model(Path(tmp)) if name == "kimi"
                      else qwen_model(Path(tmp), uint8=name == "qwen-uint8"))
             for image in args.images.split(","):
-                rows.append(bench(model, image, args.rounds))
+                rows.append(bench(model, image, args.rounds, engine))
                 print(f"done {model.name} {image}", file=sys.stderr, flush=True)
+        engine.close()
     print(report(rows, args.rounds))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
