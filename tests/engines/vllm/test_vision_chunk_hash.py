@@ -2,12 +2,12 @@
 by vLLM's own rule for images, and the processor still gets the same image.
 
 The door: each file goes through the release's own loader (``ImageMediaIO.load_bytes``), the
-release's own resolution of vision chunks (``_resolve_vision_chunk_items``, what the chat
-renderer calls), then the release's own hashing (``hash_kwargs`` as the release calls it; on
-0.22+ ``ProcessorInputs.get_mm_hashes`` on the items the release's parser makes: the key of
-the processor cache and the identifier prefix caching hashes). The reference key is vLLM's
-own for the same ``MediaWithBytes`` left wrapped (as it keys every other model's images),
-computed with the patch reverted.
+chat renderer's own materialization of a request's items (``_resolve_items``, which resolves
+vision chunks through ``_resolve_vision_chunk_items``), then the release's own hashing
+(``hash_kwargs`` as the release calls it; on 0.22+ ``ProcessorInputs.get_mm_hashes`` on the
+items the release's parser makes: the key of the processor cache and the identifier prefix
+caching hashes). The reference key is vLLM's own for the same ``MediaWithBytes`` left wrapped
+(as it keys every other model's images), computed with the patch reverted.
 """
 
 from __future__ import annotations
@@ -57,10 +57,14 @@ def load(data: bytes, **io_kwargs):
 
 
 def resolve(*wrappers) -> list:
-    """The release's own resolution of image chunks (patched where the patch applies)."""
-    chunks, _ = getattr(home, patch_module.RESOLVE)(
-        [(w, None) for w in wrappers], None, ["image"] * len(wrappers))
-    return chunks
+    """The chunks the release's chat renderer materializes for a request of image items
+    (``_resolve_items``, which calls the resolution by its module global)."""
+    mm_data, _ = home._resolve_items(
+        {"vision_chunk": [(w, None) for w in wrappers]},
+        object(),  # the model's processor: only a video chunk would use it
+        {"vision_chunk": ["image"] * len(wrappers)},
+    )
+    return mm_data["vision_chunk"]
 
 
 def key(chunk, monkeypatch) -> str:
