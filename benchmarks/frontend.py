@@ -196,15 +196,9 @@ def one_request(model: Model, body: bytes, engine: EngineCoreStandIn) -> Timed:
     return wall, cpu, tensors(state["processor_out"]), sent
 
 
-def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    import torch
-
-    return a.keys() == b.keys() and all(
-        a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
-
-
 def bench(model: Model, image: str, rounds: int, engine: EngineCoreStandIn) -> dict[str, Any]:
     import vlm_fastpath
+    from benchmarks.vllm_qwen_processor import same
 
     fmt, width, height = IMAGES[image]
     bodies = [request_body(encoded(fmt, width, height, seed), fmt)
