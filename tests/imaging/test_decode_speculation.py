@@ -150,7 +150,7 @@ def _slow_writer(decode_fn, fail_at: int | None = None, after_pickup: bool = Fal
 
 
 def _slow_decoders(monkeypatch: pytest.MonkeyPatch, after_pickup: bool) -> None:
-    for variant in ("jpeg-ycbcr", "png-8bit", "webp-still"):
+    for variant in ("jpeg-ycbcr", "png-deflate", "webp-still"):
         real = layer.decoder_for(variant)
         assert real is not None
         monkeypatch.setitem(layer._DECODERS, variant,
@@ -375,13 +375,13 @@ def test_work_nobody_takes_does_not_queue_up(offered, monkeypatch):
     hf, fast, spy = offered
     monkeypatch.setattr(speculation, "limit", lambda: 1)
     gate = threading.Event()
-    real = layer.decoder_for("png-8bit")
+    real = layer.decoder_for("png-deflate")
 
     def held(data: bytes, out: np.ndarray) -> np.ndarray:
         assert gate.wait(30), "the gate was never opened"
         return real(data, out)
 
-    monkeypatch.setitem(layer._DECODERS, "png-8bit", held)
+    monkeypatch.setitem(layer._DECODERS, "png-deflate", held)
     first = _encoded(640, 480, "PNG", seed=11)
     loaded: dict[str, Image.Image] = {}
     loader = threading.Thread(target=lambda: loaded.update(a=decode.decode_bytes(first)))
@@ -552,8 +552,8 @@ def test_kimi_failed_decode_and_other_output_kind(kimi_offered, monkeypatch):
     assert counts["fills"] == fills + 1
     # never taken, it still ends; then the next load has its place (``limit``)
     counts["started"][-1].future.result(timeout=WAIT_S)
-    real = layer.decoder_for("png-8bit")
-    monkeypatch.setitem(layer._DECODERS, "png-8bit", _slow_writer(real, fail_at=300))
+    real = layer.decoder_for("png-deflate")
+    monkeypatch.setitem(layer._DECODERS, "png-deflate", _slow_writer(real, fail_at=300))
     seen: list[speculation.Prepared] = []
     start = kimi_speculative.start
     monkeypatch.setattr(kimi_speculative, "start",

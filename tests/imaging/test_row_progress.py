@@ -162,9 +162,10 @@ def _real_codec(variant: str):
     ("jpeg-ycbcr", "JPEG", {"quality": 90}),
     ("jpeg-ycbcr", "JPEG", {"quality": 80, "progressive": True}),
     ("png-8bit", "PNG", {}),
+    ("png-deflate", "PNG", {}),
     ("webp-still", "WEBP", {"quality": 85}),
     ("webp-still", "WEBP", {"lossless": True, "method": 0}),
-], ids=["jpeg", "jpeg-progressive", "png", "webp-lossy", "webp-lossless"])
+], ids=["jpeg", "jpeg-progressive", "png", "png-deflate", "webp-lossy", "webp-lossless"])
 def test_the_codec_libraries_write_rows_once_in_order(variant, fmt, params):
     from PIL import Image
 

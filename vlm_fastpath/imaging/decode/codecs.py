@@ -1,8 +1,9 @@
 """The codec bindings, imported lazily: ``decode(data, out)`` fills ``out`` or raises.
 
-Adapters are thin on purpose: no decoding of our own, only the call that makes the library
-produce what Pillow produces (the accurate IDCT and fancy upsampling for libjpeg-turbo,
-strict mode so a libjpeg warning such as a premature end of data raises instead of padding).
+Adapters are thin on purpose: no decoding of our own (but ``png_rows``, whose library inflates
+and whose rows we unfilter), only the call that makes the library produce what Pillow
+produces (the accurate IDCT and fancy upsampling for libjpeg-turbo, strict mode so a libjpeg
+warning such as a premature end of data raises instead of padding).
 ``out`` is a scratch array of the shape Pillow's header announces; a library that wants
 another shape raises, and Pillow decodes.
 """
@@ -52,6 +53,12 @@ def png_imagecodecs() -> Decoder:
     return decode
 
 
+def _png_rows() -> Decoder:
+    from .png_rows import decoder
+
+    return decoder()
+
+
 def webp_imagecodecs() -> Decoder:
     import imagecodecs
 
@@ -68,5 +75,7 @@ ADAPTERS: dict[str, tuple[str, Callable[[], Decoder]]] = {
     # a restart-marked jpeg-ycbcr image decoded in parts on several cores (jpeg_parts)
     "jpeg-parts": ("simplejpeg", lambda: jpeg_simplejpeg(gray=False)),
     "png-8bit": ("imagecodecs", png_imagecodecs),
+    # a non-interlaced png-8bit image: libdeflate inflates, our kernel unfilters (png_rows)
+    "png-deflate": ("imagecodecs", _png_rows),
     "webp-still": ("imagecodecs", webp_imagecodecs),
 }

@@ -64,7 +64,10 @@ def decoder_for(variant: str) -> codecs.Decoder | None:
         variant, library, version, Image.__version__, _pillow_codecs()
     )
     if rule is not None:
-        found = factory()
+        try:
+            found = factory()
+        except ImportError:  # a part it needs is missing or switched off (numba)
+            found = None
         _FASTER[variant] = rule.faster
     _DECODERS[variant] = found
     return found
@@ -123,6 +126,9 @@ def decode_opened(image: Any) -> Image.Image | None:
     if variant is None:
         return None
     decode = _in_use(variant)
+    if decode is None and variant in variants.FALLBACK:
+        variant = variants.FALLBACK[variant]
+        decode = _in_use(variant)
     if decode is None:
         return None
     width, height = image.size
@@ -132,7 +138,7 @@ def decode_opened(image: Any) -> Image.Image | None:
     # It becomes the image's pixels (decoded_image), not a scratch: memory nobody holds any
     # more, recycled through the output pool (a large decode otherwise spends ~7 % of its
     # time faulting in fresh pages: 4032x3024 JPEG 45.8 ms fresh vs 42.7 ms reused).
-    out = empty_output((height, width) if channels == 1 and variant == "png-8bit" else
+    out = empty_output((height, width) if channels == 1 and variant.startswith("png") else
                    (height, width, channels), np.uint8)
     if variant == "jpeg-ycbcr" and _in_parts(data, out):
         return _as_loaded(image, out, variant)

@@ -1,5 +1,8 @@
 """Which variant an opened image is, read from its header only (never its pixel data).
 
+A non-interlaced 8-bit PNG is ``png-deflate`` (``png_rows``: libdeflate and our unfilter),
+and ``png-8bit`` (libpng) where that is not in use; an interlaced one is ``png-8bit``.
+
 ``variant`` answers None for anything the rule table must not see: CMYK/YCCK or RGB-coded
 JPEGs, palette, 16-bit, sub-byte, tRNS or animated PNGs, animated WebPs, every other format.
 PNG also needs its chunk list to end at ``IEND`` with nothing but ``IEND`` after the image
@@ -10,6 +13,7 @@ the two images' metadata (and EXIF orientation) differ.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from PIL import Image
 
@@ -17,6 +21,10 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_MODES = {0: "L", 2: "RGB", 4: "LA", 6: "RGBA"}  # colour type -> Pillow mode at 8 bits
 _VP8X_ALPHA_OR_FRAMES = 0x10 | 0x02  # a WebP VP8X chunk's alpha and animation flags
 _PNG_PIXEL_CHUNKS = frozenset({b"PLTE", b"tRNS", b"acTL", b"fcTL", b"fdAT"})
+
+
+# where a variant's decoder is not in use here, the one that decodes the same input instead
+FALLBACK = {"png-deflate": "png-8bit"}
 
 
 def variant(image: Image.Image, data: bytes) -> str | None:
@@ -54,28 +62,37 @@ def _png(image: Image.Image, data: bytes) -> str | None:
     width, height, depth, colour, _, _, _ = struct.unpack(">IIBBBBB", data[16:29])
     if depth != 8 or _PNG_MODES.get(colour) != image.mode or (width, height) != image.size:
         return None
-    return "png-8bit" if _png_chunks_plain(data) else None
+    if not _png_chunks_plain(data):
+        return None
+    compression, filtering, interlace = data[26:29]
+    return "png-deflate" if (compression, filtering, interlace) == (0, 0, 0) else "png-8bit"
+
+
+def png_chunks(data: bytes) -> Iterator[tuple[bytes, int, int]]:
+    """``(type, body start, body end)`` of each chunk after the signature, in order, up to
+    the first that does not fit in ``data``."""
+    pos, end = len(PNG_SIGNATURE), len(data)
+    while pos + 12 <= end:
+        (length,) = struct.unpack_from(">I", data, pos)
+        nxt = pos + 12 + length
+        if nxt > end:
+            return
+        yield data[pos + 4 : pos + 8], pos + 8, pos + 8 + length
+        pos = nxt
 
 
 def _png_chunks_plain(data: bytes) -> bool:
     """Chunks walk to ``IEND`` at the end; nothing alters pixels; nothing follows the data."""
-    pos, end = len(PNG_SIGNATURE), len(data)
     seen_idat = False
-    while pos + 12 <= end:
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind = data[pos + 4 : pos + 8]
-        nxt = pos + 12 + length
-        if nxt > end:
-            return False
+    for kind, _, body_end in png_chunks(data):
         if kind == b"IEND":
-            return seen_idat and nxt == end
+            return seen_idat and body_end + 4 == len(data)
         if kind in _PNG_PIXEL_CHUNKS:
             return False
         if kind == b"IDAT":
             seen_idat = True
         elif seen_idat:
             return False  # a chunk after the image data: Pillow's load reads it into info
-        pos = nxt
     return False
 
 
@@ -89,6 +106,8 @@ def rows_in_order(variant: str, data: bytes) -> bool:
         return True
     if variant == "webp-still":
         return _webp_rows_in_order(data)
+    if variant == "png-deflate":
+        return True
     return variant == "png-8bit" and len(data) > 28 and data[28] == 0
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 class Rule:
     """One proven combination: ``library==version`` decodes ``variant`` like ``pillow``."""
 
-    variant: str  # "jpeg-ycbcr", "jpeg-gray", "jpeg-parts", "png-8bit", "webp-still"
+    variant: str  # "jpeg-ycbcr", "jpeg-gray", "jpeg-parts", "png-8bit", "png-deflate", ...
     library: str  # distribution name: "simplejpeg", "imagecodecs"
     version: str  # exact version string of the distribution
     pillow: str  # Pillow release (its bundled codecs are the reference)
@@ -46,6 +46,9 @@ RULES: tuple[Rule, ...] = (
     Rule("jpeg-parts", "simplejpeg", "1.9.0", PILLOW_13, ("libjpeg_turbo", "3.2.0")),
     # libpng 1.6.55 (imagecodecs): 8-bit L/LA/RGB/RGBA, interlaced or not, without tRNS.
     Rule("png-8bit", "imagecodecs", "2026.3.6", PILLOW_13, ("zlib_ng", "2.3.3")),
+    # libdeflate 1.25 (imagecodecs) inflates, our kernel unfilters (png_rows): 8-bit
+    # L/LA/RGB/RGBA, not interlaced, without tRNS; every filter type.
+    Rule("png-deflate", "imagecodecs", "2026.3.6", PILLOW_13, ("zlib_ng", "2.3.3")),
     # libwebp 1.6.0 on both sides: lossy and lossless, with and without alpha, one frame.
     Rule("webp-still", "imagecodecs", "2026.3.6", PILLOW_13, ("webp", "1.6.0")),
 )

@@ -1,0 +1,76 @@
+"""A non-interlaced 8-bit PNG decoded as libdeflate inflate plus our unfilter kernel.
+
+Why (issue #51): inflating the image data is most of a PNG decode, and libdeflate (bundled by
+imagecodecs) inflates a photograph's stream faster than the zlib inside libpng and zlib-ng
+inside Pillow (``benchmarks/results/decode.md``). libdeflate inflates a whole stream in one call, so
+the rest of the decode -- undoing each row's filter -- is ours (``_numba_png_filters``);
+nothing else about the format is: the layout was checked from the header by ``variants``
+(8-bit L/LA/RGB/RGBA, not interlaced, no chunk that changes pixels, nothing after the data).
+How: the IDAT bodies, joined, are inflated into a buffer of exactly the size the header says
+(a row's filter byte plus its bytes, for every row); the rows are then unfiltered into
+``out`` top to bottom. Anything off -- a stream that inflates to another length, a bad
+Adler-32, an unknown filter type -- raises, and the layer lets Pillow decode (its errors, or
+its image where Pillow accepts what we refuse: it checks no Adler-32).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ... import settings
+from ..output_pool import empty_output
+from .variants import png_chunks
+
+Decoder = Callable[[bytes, np.ndarray], np.ndarray]
+
+
+class PngRowsError(ValueError):
+    """The image data is not what the header announced (the layer then lets Pillow decode)."""
+
+
+def image_data(data: bytes) -> memoryview | np.ndarray:
+    """The IDAT bodies as one buffer: a view of ``data`` when there is one chunk."""
+    spans = [(start, end) for kind, start, end in png_chunks(data) if kind == b"IDAT"]
+    if len(spans) == 1:
+        start, end = spans[0]
+        return memoryview(data)[start:end]
+    joined = empty_output((sum(end - start for start, end in spans),), np.uint8)
+    source = np.frombuffer(data, np.uint8)
+    at = 0
+    for start, end in spans:
+        joined[at:at + end - start] = source[start:end]
+        at += end - start
+    return joined
+
+
+def decoder() -> Decoder:
+    """The decoder, or ImportError where numba is off or missing (``png-8bit`` then serves)."""
+    if not settings.numba_allowed():
+        raise ImportError("numba is switched off (VLM_FASTPATH_NUMBA=0)")
+    import imagecodecs
+
+    from .. import _numba_png_filters as kernels
+
+    inflate: Any = imagecodecs.deflate_decode
+
+    def decode(data: bytes, out: np.ndarray) -> np.ndarray:
+        width, height = struct.unpack_from(">II", data, 16)
+        rows = out.reshape(height, -1)
+        stride = rows.shape[1]
+        if stride % width or not 1 <= stride // width <= 4:
+            raise PngRowsError(f"a {out.shape} output does not hold {width}x{height} pixels")
+        raw = empty_output((height * (stride + 1),), np.uint8)
+        stream = image_data(data)
+        got = inflate(stream, out=memoryview(raw))
+        if len(got) != raw.size:
+            raise PngRowsError(f"the image data inflates to {len(got)} bytes, not {raw.size}")
+        bad = kernels.UNFILTER[stride // width](raw, rows)
+        if bad >= 0:
+            raise PngRowsError(f"row {bad} has an unknown filter type {raw[bad * (stride + 1)]}")
+        return out
+
+    return decode
