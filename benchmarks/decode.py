@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from benchmarks.decode_libraries import encode, photo_like
+from benchmarks.decode_libraries import encode, noisy_photo, photo_like, screenshot_like
 from benchmarks.schedules import SCHEDULES, busy_python_thread, timed_calls
 from vlm_fastpath.bench.checkpoints import KIMI_K25_MEDIA_CFG, QWEN25_VL_CFG
 from vlm_fastpath.imaging import decode
@@ -131,6 +131,12 @@ def inputs(quick: bool) -> list[tuple[str, str, bytes]]:
                         encode(np.asarray(photo), "JPEG", quality=92, restart_marker_rows=1)))
         except ImportError:
             pass
+        # issue #51: PNG where it loses -- camera-noisy photos and screen captures
+        for w, h in ((2048, 2048), (4032, 3024)):
+            out.append(("png", f"{w}x{h} noisy photo", encode(noisy_photo(w, h, 51), "PNG")))
+        for w, h in ((1920, 1080), (2560, 1440)):
+            out.append(("png", f"{w}x{h} screenshot",
+                        encode(screenshot_like(w, h, 51), "PNG")))
     return out
 
 
@@ -281,6 +287,52 @@ def _counting(fn: Callable[[], Any], sink: list[int]) -> Callable[[], Any]:
     return call
 
 
+def png_table(items: list[tuple[str, str, bytes]], repeats: int) -> None:
+    """Every PNG row three ways, calls rotated: Pillow, libpng (``png-8bit``, the decoder
+    before issue #51) and libdeflate plus our unfilter (``png-deflate``); issue #51's target
+    on the noisy photos and screenshots."""
+    from vlm_fastpath.imaging.decode import layer
+
+    ours = layer.decoder_for("png-deflate")
+
+    def with_png_deflate(on: bool) -> Callable[[bytes], Image.Image]:
+        def run(data: bytes) -> Image.Image:
+            layer._DECODERS["png-deflate"] = ours if on else None
+            return decode.decode_bytes(data)
+        return run
+
+    sides = {"Pillow": pillow_decode, "libpng": with_png_deflate(False),
+             "png-deflate": with_png_deflate(True)}
+    print("\n## PNG: Pillow, libpng (before #51) and libdeflate + our unfilter (`png-deflate`)\n")
+    print("| size | MB | Pillow ms | libpng ms | png-deflate ms | x Pillow | x libpng | exact |")
+    print("|---|---|---|---|---|---|---|---|")
+    met = []
+    for fmt, label, data in items:
+        if fmt != "png":
+            continue
+        want = pillow_decode(data).tobytes()
+        exact = all(side(data).tobytes() == want for side in sides.values())
+        times: dict[str, list[float]] = {name: [] for name in sides}
+        names = list(sides)
+        for k in range(repeats):
+            for name in names[k % 3:] + names[:k % 3]:
+                t0 = time.perf_counter()
+                sides[name](data)
+                times[name].append(time.perf_counter() - t0)
+        ms = {name: statistics.median(t) * 1e3 for name, t in times.items()}
+        up = ms["Pillow"] / ms["png-deflate"]
+        print(f"| {label} | {len(data) / 1e6:.2f} | {ms['Pillow']:.1f} | {ms['libpng']:.1f} | "
+              f"{ms['png-deflate']:.1f} | {up:.2f}x | {ms['libpng'] / ms['png-deflate']:.2f}x |"
+              f" {exact} |")
+        if "noisy" in label or "screenshot" in label:
+            met.append((label, up))
+    layer._DECODERS["png-deflate"] = ours
+    for label, up in met:
+        print(f"\n{label}: {up:.2f}x Pillow (target 1.6x: {'met' if up >= 1.6 else 'NOT met'})",
+              end="")
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -311,6 +363,8 @@ def main() -> None:
         if ups:
             med = statistics.median(ups)
             print(f"| {fmt} | {med:.2f}x | {target}x | {'yes' if med >= target else 'NO'} |")
+
+    png_table(items, args.repeats)
 
     loader, prows = pipeline_rows(items, max(3, args.repeats // 2))
     print(f"\n## Bytes to pixel_values (loader: {loader}, with vs without fast decoding)\n")

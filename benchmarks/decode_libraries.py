@@ -32,6 +32,53 @@ def photo_like(width: int, height: int, seed: int, channels: int = 3) -> np.ndar
     return out[..., 0] if channels == 1 else out
 
 
+def noisy_photo(width: int, height: int, seed: int) -> np.ndarray:
+    """A real photograph (scikit-image's chelsea, else ``photo_like``) at this size with
+    sensor-like noise (sigma 4): compresses as badly as a camera's PNG (12 MP: ~25 MB)."""
+    try:
+        from skimage import data as skdata
+
+        base = np.asarray(Image.fromarray(skdata.chelsea()).resize(
+            (width, height), Image.Resampling.BICUBIC), np.float32)
+    except ImportError:
+        base = photo_like(width, height, seed).astype(np.float32)
+    noise = np.random.default_rng(seed).normal(0.0, 4.0, base.shape).astype(np.float32)
+    return np.clip(base + noise, 0, 255).round().astype(np.uint8)
+
+
+def screenshot_like(width: int, height: int, seed: int) -> np.ndarray:
+    """A desktop capture as a computer-use agent sends one: flat panels, a title bar,
+    anti-aliased text in a sidebar and a page, buttons, and one picture on the page."""
+    from PIL import ImageDraw, ImageFont
+
+    rng = np.random.default_rng(seed)
+    image = Image.new("RGB", (width, height), (246, 247, 249))
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.load_default(size=max(12, height // 75))
+    bar, side = height // 28, width // 6
+    draw.rectangle((0, 0, width, bar), fill=(32, 33, 36))
+    draw.rectangle((0, bar, side, height), fill=(233, 236, 240))
+    picture = (side + width // 3, bar + height // 6, side + width // 3 + width // 3,
+               bar + height // 6 + height // 3)
+    image.paste(Image.fromarray(photo_like(picture[2] - picture[0], picture[3] - picture[1],
+                                           seed)), picture[:2])
+    words = ("File Edit View Search Settings import return model image request server "
+             "Qwen2.5-VL 0.34.0 click button submit agent screenshot the a of to").split()
+    step = int(font.size * 1.7)
+    for y in range(bar + 10, height - step, step):
+        draw.text((12, y), " ".join(rng.choice(words, rng.integers(1, 4))), fill=(70, 72, 76),
+                  font=font)
+        if picture[1] - step <= y <= picture[3]:
+            continue
+        draw.text((side + 24, y), " ".join(rng.choice(words, rng.integers(3, 14))),
+                  fill=(24, 24, 27), font=font)
+    for k in range(6):
+        x0 = side + 24 + k * width // 9
+        draw.rounded_rectangle((x0, height - 3 * step, x0 + width // 12, height - step),
+                               radius=6, fill=tuple(int(v) for v in rng.integers(40, 220, 3)))
+    return np.asarray(image)
+
+
 def encode(arr: np.ndarray, fmt: str, mode: str | None = None, **params) -> bytes:
     img = Image.fromarray(arr, mode) if mode else Image.fromarray(arr)
     buf = io.BytesIO()

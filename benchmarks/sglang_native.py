@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     import sglang
     import torch
 
-    from benchmarks.decode_libraries import encode, photo_like
+    from benchmarks.decode_libraries import encode, noisy_photo, photo_like, screenshot_like
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -125,21 +125,27 @@ def main(argv: list[str] | None = None) -> int:
 
     native = native_preprocess()
     ours, reference = ours_and_reference()
-    rows = []
+    items = []
     for i, (w, h) in enumerate(SIZES[:1] if args.quick else SIZES):
         rgb = photo_like(w, h, 100 + i)
         for fmt, pil_name, params in FORMATS:
-            data = encode(rgb, pil_name, **params)
-            want = reference(data)
-            ours_exact = torch.equal(ours(data), want)
-            theirs = native(data)
-            native_exact = theirs.shape == want.shape and torch.equal(theirs, want)
-            t_ours, t_native = paired(lambda d=data: ours(d), lambda d=data: native(d),
-                                      args.repeats)
-            rows.append(dict(fmt=fmt, size=f"{w}x{h}", ours_ms=t_ours * 1e3,
-                             native_ms=t_native * 1e3, speedup=t_native / t_ours,
-                             ours_exact=ours_exact, native_exact=native_exact))
-            print(f"done {fmt} {w}x{h}", file=sys.stderr, flush=True)
+            items.append((fmt, f"{w}x{h}", encode(rgb, pil_name, **params)))
+    if not args.quick:  # issue #51: a camera-noisy 12 MP photo and a screen capture as PNG
+        items.append(("png", "4032x3024 noisy photo", encode(noisy_photo(4032, 3024, 51), "PNG")))
+        items.append(("png", "2560x1440 screenshot",
+                      encode(screenshot_like(2560, 1440, 51), "PNG")))
+    rows = []
+    for fmt, label, data in items:
+        want = reference(data)
+        ours_exact = torch.equal(ours(data), want)
+        theirs = native(data)
+        native_exact = theirs.shape == want.shape and torch.equal(theirs, want)
+        t_ours, t_native = paired(lambda d=data: ours(d), lambda d=data: native(d),
+                                  args.repeats)
+        rows.append(dict(fmt=fmt, size=label, ours_ms=t_ours * 1e3,
+                         native_ms=t_native * 1e3, speedup=t_native / t_ours,
+                         ours_exact=ours_exact, native_exact=native_exact))
+        print(f"done {fmt} {label}", file=sys.stderr, flush=True)
     print(f"# SGLang {sglang.__version__}: bytes -> Qwen2.5-VL pixel_values, medians of "
           f"{args.repeats} alternated calls, load {os.getloadavg()[0]:.1f}\n")
     print("| format | size | SGLang native ms | vlm-fastpath ms | ours x native | "
