@@ -334,6 +334,15 @@ def test_where_nothing_is_started(offered, monkeypatch):
     monkeypatch.delenv("VLM_FASTPATH_DECODE_OVERLAP")
     monkeypatch.setattr(layer, "OVERLAP_PIXELS", 300 * 200 + 1)
     _check(hf, fast, spy, _encoded(300, 200, "JPEG"), taken=False)
+    # a PNG's rows come only after its whole stream is inflated: started from 4x the pixels
+    monkeypatch.setattr(layer, "OVERLAP_PIXELS", 300 * 200 // 4 + 1)
+    _check(hf, fast, spy, _encoded(300, 200, "PNG"), taken=False)
+    assert len(spy.started) == 0
+    _check(hf, fast, spy, _encoded(300, 200, "JPEG"))
+    monkeypatch.setattr(layer, "OVERLAP_PIXELS", 300 * 200 // 4)
+    _check(hf, fast, spy, _encoded(300, 200, "PNG"))
+    assert len(spy.started) == 2
+    spy.started.clear()
     monkeypatch.setattr(layer, "OVERLAP_PIXELS", 1)
     speculation.withdraw(fast)
     _check(hf, fast, spy, _encoded(300, 200, "JPEG"), taken=False)

@@ -28,6 +28,10 @@ ENV_SWITCH = "VLM_FASTPATH_FAST_DECODE"  # "0": off; "all": also exact-but-not-f
 # From this many pixels on, the offered processor starts on the rows as they are decoded
 # (speculation): below it a decode is over before sharing it pays.
 OVERLAP_PIXELS = 1 << 21
+# ... times this for a variant whose rows come late: png-deflate writes none until its whole
+# stream is inflated, then all of them in one short pass, so the work started early mostly
+# waits; it pays from 12 MP, not at 4 (benchmarks/results/decode.md, the overlap table).
+LATE_ROWS_FACTOR = {"png-deflate": 4}
 _CODEC_NAMES = ("libjpeg_turbo", "zlib_ng", "webp")
 
 
@@ -168,7 +172,8 @@ def _speculate(image: Image.Image, variant: str, data: bytes, out: np.ndarray
     (``speculation.limit``), bytes whose last work nobody took (``speculation.abandoned``),
     or the switch off."""
     width, height = image.size
-    if (width * height < OVERLAP_PIXELS or not settings.decode_overlap_enabled()
+    if (width * height < OVERLAP_PIXELS * LATE_ROWS_FACTOR.get(variant, 1)
+            or not settings.decode_overlap_enabled()
             or not decoded_image.supported() or not variants.rows_in_order(variant, data)
             or threading.current_thread().name.startswith(POOL_THREAD_PREFIX)):
         return None, None

@@ -32,19 +32,13 @@ class PngRowsError(ValueError):
     """The image data is not what the header announced (the layer then lets Pillow decode)."""
 
 
-def image_data(data: bytes) -> memoryview | np.ndarray:
-    """The IDAT bodies as one buffer: a view of ``data`` when there is one chunk."""
-    spans = [(start, end) for kind, start, end in png_chunks(data) if kind == b"IDAT"]
-    if len(spans) == 1:
-        start, end = spans[0]
-        return memoryview(data)[start:end]
-    joined = empty_output((sum(end - start for start, end in spans),), np.uint8)
-    source = np.frombuffer(data, np.uint8)
-    at = 0
-    for start, end in spans:
-        joined[at:at + end - start] = source[start:end]
-        at += end - start
-    return joined
+def image_data(data: bytes) -> memoryview | bytes:
+    """The IDAT bodies as one buffer: a view of ``data`` when there is one chunk, else one
+    join that keeps the GIL (a copy per chunk that released it would wait for the GIL again
+    after each, behind a busy event loop: up to the switch interval per chunk)."""
+    view = memoryview(data)
+    spans = [view[start:end] for kind, start, end in png_chunks(data) if kind == b"IDAT"]
+    return spans[0] if len(spans) == 1 else b"".join(spans)
 
 
 def decoder() -> Decoder:
