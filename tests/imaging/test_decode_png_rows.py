@@ -10,6 +10,8 @@ Pillow's outcome (its image or its error), which means our path declined it.
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import zlib
 
 import numpy as np
@@ -179,6 +181,19 @@ def test_the_decoder_refuses_data_of_another_length_or_checksum(kind, message):
     decoder = layer.decoder_for("png-deflate")
     with pytest.raises(Exception, match=message):
         decoder(_broken(kind), np.empty((12, 31, 3), np.uint8))
+
+
+def test_every_pixel_size_is_compiled_when_the_decoder_is_made():
+    """The decoder is made at an engine's start-up (its patch's probe): no request compiles.
+    In a fresh process, where no other test has compiled anything yet."""
+    script = (
+        "from vlm_fastpath.imaging import _numba_png_filters as kernels\n"
+        "from vlm_fastpath.imaging.decode import png_rows\n"
+        "png_rows.decoder()\n"
+        "print(sorted(len(f.signatures) for f in kernels.UNFILTER.values()))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[1, 1, 1, 1]"
 
 
 def test_numba_off_means_libpng(monkeypatch):

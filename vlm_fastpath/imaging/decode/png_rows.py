@@ -41,6 +41,14 @@ def image_data(data: bytes) -> memoryview | bytes:
     return spans[0] if len(spans) == 1 else b"".join(spans)
 
 
+def warm_up(unfilters: dict[int, Callable[..., int]]) -> None:
+    """Compile (or load from numba's cache) the unfilter of every pixel size now. The
+    decoder is made where an engine patch probes the decode layer before it applies, at
+    start-up, so the first PNG request of each mode does not pay it."""
+    for bpp, unfilter in unfilters.items():
+        unfilter(np.zeros(2 * (bpp + 1), np.uint8), np.zeros((2, bpp), np.uint8))
+
+
 def decoder() -> Decoder:
     """The decoder, or ImportError where numba is off or missing (``png-8bit`` then serves)."""
     if not settings.numba_allowed():
@@ -50,6 +58,7 @@ def decoder() -> Decoder:
     from .. import _numba_png_filters as kernels
 
     inflate: Any = imagecodecs.deflate_decode
+    warm_up(kernels.UNFILTER)
 
     def decode(data: bytes, out: np.ndarray) -> np.ndarray:
         width, height = struct.unpack_from(">II", data, 16)
