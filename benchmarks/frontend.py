@@ -12,19 +12,27 @@ as a base64 data URL, every request a processor-cache miss (a new file each roun
 - ``decode``: ``ImageMediaIO.load_bytes`` (the release's loader: a ``MediaWithBytes``);
 - ``parse``: Kimi: the chat renderer's ``_resolve_vision_chunk_items``; both: the processor's
   data parser;
+- ``template``: Qwen: the checkpoint tokenizer's chat template rendered on the request's
+  messages, then the text tokenized (as vLLM's renderer does: template, then encode); Kimi:
+  the stub tokenizer of the tiny Kimi folder has no template (its prompt is three ids), so
+  this stage is ~0 there;
 - ``hash``: ``ProcessorInputs.get_mm_hashes`` (the processor-cache key, prefix caching's
   identifier);
 - ``processor``: ``_apply_hf_processor_main`` (the HF processor call and vLLM's field checks);
+- ``prompt``: what ``apply`` does after the HF call: the per-item kwargs
+  (``MultiModalKwargsItems.from_hf_inputs`` with the model's field config), the prompt
+  updates, and ``_maybe_apply_prompt_updates`` (placeholders expanded and checked);
 - ``serialize``: vLLM's ``MsgpackEncoder`` on the processed tensors (what goes to the engine
   core; ``MiB out`` is its size);
 - ``send``: those frames sent as vLLM's core client sends them (``send_multipart(copy=False)``
   over a ZMQ ``ipc://`` socket) to a stand-in engine core in another process, until it has
   received them all.
 
-Not measured yet (issue #51): chat template and tokenization, prompt update, the rest of the
-request build. ``cpu`` is the process CPU time of the stages above (threads included), ``wall``
-their sum. Models: Kimi K2.5 (vLLM's Kimi processing info on a tiny local folder) and
-Qwen2.5-VL (``MULTIMODAL_REGISTRY.create_processor`` on a tiny checkpoint, float32 and uint8).
+Not measured yet (issue #51): the rest of the request build (the ``EngineCoreRequest``), a
+processor-cache hit, a video. ``cpu`` is the process CPU time of the stages above (threads
+included), ``wall`` their sum. Models: Kimi K2.5 (vLLM's Kimi processing info on a tiny local
+folder) and Qwen2.5-VL (``MULTIMODAL_REGISTRY.create_processor`` on a tiny checkpoint, float32
+and uint8).
 Before timing, each side's processed tensors are checked equal (``torch.equal``).
 """
 
@@ -46,7 +54,8 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-STAGES = ("body", "base64", "decode", "parse", "hash", "processor", "serialize", "send")
+STAGES = ("body", "base64", "decode", "template", "parse", "hash", "processor", "prompt",
+          "serialize", "send")
 # name -> (format, width, height)
 IMAGES = {
     "jpeg-1280x960": ("JPEG", 1280, 960),
@@ -79,6 +88,20 @@ class Model:
 
     def __init__(self, name: str, processor: Any, kimi: bool) -> None:
         self.name, self.processor, self.kimi = name, processor, kimi
+
+    def prompt_ids(self, request: dict[str, Any]) -> list[int]:
+        """The request's messages through the chat template, then tokenized."""
+        if self.kimi:
+            from fixtures.vllm_kimi_model import MEDIA_PAD_ID
+
+            return [1, MEDIA_PAD_ID, 2]
+        tokenizer = self.processor.info.get_tokenizer()
+        messages = [{"role": m["role"], "content": [
+            {"type": "image"} if part["type"] == "image_url" else part
+            for part in m["content"]]} for m in request["messages"]]
+        text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=True)
+        return tokenizer.encode(text, add_special_tokens=False)
 
     def parse(self, wrapper: Any) -> Any:
         if self.kimi:
@@ -118,6 +141,21 @@ def hashes(items: Any) -> Any:
     params = inspect.signature(inputs.get_mm_hashes).parameters
     args = (MODEL_ID, "blake3") if "hash_algorithm" in params else (MODEL_ID,)
     return inputs.get_mm_hashes(*args)
+
+
+def prompt_update(processor: Any, items: Any, processed: Any, mm_hashes: Any,
+                  prompt_ids: list[int]) -> Any:
+    """``apply``'s work after the HF call (vLLM 0.33/0.34 names): per-item kwargs, prompt
+    updates, placeholders; returns the prompt ids and placeholders."""
+    from vllm.multimodal.inputs import MultiModalKwargsItems
+    from vllm.multimodal.processing.processor import MultiModalProcessingResult
+
+    kwargs = MultiModalKwargsItems.from_hf_inputs(
+        processed, processor._get_mm_fields_config(processed, {}))
+    result = MultiModalProcessingResult(
+        prompt_ids=processor._postprocess_prompt(prompt_ids), kwargs=kwargs, hashes=mm_hashes,
+        prompt_updates=processor._get_mm_prompt_updates(items, {}, kwargs))
+    return processor._maybe_apply_prompt_updates(mm_items=items, mm_res=result)
 
 
 def tensors(processed: Any) -> dict[str, Any]:
@@ -180,9 +218,13 @@ def one_request(model: Model, body: bytes, engine: EngineCoreStandIn) -> Timed:
         "base64": lambda: base64.b64decode(
             state["body_out"]["messages"][0]["content"][0]["image_url"]["url"].split(",", 1)[1]),
         "decode": lambda: ImageMediaIO().load_bytes(state["base64_out"]),
+        "template": lambda: model.prompt_ids(state["body_out"]),
         "parse": lambda: model.parse(state["decode_out"]),
         "hash": lambda: hashes(state["parse_out"]),
         "processor": lambda: model.processor._apply_hf_processor_main(state["parse_out"], {}),
+        "prompt": lambda: prompt_update(model.processor, state["parse_out"],
+                                        state["processor_out"], state["hash_out"],
+                                        state["template_out"]),
         "serialize": lambda: MsgpackEncoder().encode(tensors(state["processor_out"])),
         "send": lambda: engine.send(state["serialize_out"]),
     }
