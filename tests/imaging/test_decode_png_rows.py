@@ -13,6 +13,7 @@ import io
 import subprocess
 import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -183,17 +184,23 @@ def test_the_decoder_refuses_data_of_another_length_or_checksum(kind, message):
         decoder(_broken(kind), np.empty((12, 31, 3), np.uint8))
 
 
-def test_every_pixel_size_is_compiled_when_the_decoder_is_made():
-    """The decoder is made at an engine's start-up (its patch's probe): no request compiles.
-    In a fresh process, where no other test has compiled anything yet."""
+def test_the_probe_loads_no_kernel_and_the_first_png_loads_every_size():
+    """In a fresh process: an engine patch's probe (run while it applies, maybe inside the
+    engine's start-up) imports no numba, since llvmlite loaded then breaks vLLM 0.32's CPU
+    worker start-up; the first PNG decoded loads the unfilter of every pixel size."""
     script = (
+        "import sys\n"
+        "from PIL import Image\n"
+        "from fixtures.decode_corpus import filtered_png, photo_like\n"
+        "from vlm_fastpath.imaging import decode\n"
+        "assert decode.probe_mismatch(Image.open) is None\n"
+        "print(sorted(m for m in ('numba', 'llvmlite') if m in sys.modules))\n"
+        "decode.decode_bytes(filtered_png(photo_like(5, 3, 1), [4]))\n"
         "from vlm_fastpath.imaging import _numba_png_filters as kernels\n"
-        "from vlm_fastpath.imaging.decode import png_rows\n"
-        "png_rows.decoder()\n"
         "print(sorted(len(f.signatures) for f in kernels.UNFILTER.values()))\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=600, check=True)
-    assert done.stdout.strip().splitlines()[-1] == "[1, 1, 1, 1]"
+                          timeout=600, check=True, cwd=Path(__file__).parents[2])
+    assert done.stdout.strip().splitlines()[-2:] == ["[]", "[1, 1, 1, 1]"]
 
 
 def test_numba_off_means_libpng(monkeypatch):

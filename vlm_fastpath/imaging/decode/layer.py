@@ -22,7 +22,7 @@ from ..output_pool import empty_output
 from ..resize_pool import POOL_THREAD_PREFIX, get_pool, pool_size
 from ..row_progress import RowProgress
 from ..row_progress import supported as rows_followable
-from . import codecs, decoded_image, jpeg_parts, speculation, variants, verified
+from . import codecs, decoded_image, jpeg_parts, png_rows, speculation, variants, verified
 
 ENV_SWITCH = "VLM_FASTPATH_FAST_DECODE"  # "0": off; "all": also exact-but-not-faster rows
 # From this many pixels on, the offered processor starts on the rows as they are decoded
@@ -54,6 +54,7 @@ def _pillow_codecs() -> dict[str, str | None]:
 
 
 _DECODERS: dict[str, codecs.Decoder | None] = {}
+_PROBING = threading.local()  # ``probe_mismatch`` running on this thread
 _FASTER: dict[str, bool] = {}
 
 
@@ -130,7 +131,9 @@ def decode_opened(image: Any) -> Image.Image | None:
     if variant is None:
         return None
     decode = _in_use(variant)
-    if decode is None and variant in variants.FALLBACK:
+    if variant in variants.FALLBACK and (decode is None or (
+            getattr(_PROBING, "active", False) and not png_rows.ready())):
+        # not in use here; or a probe, which must not load png-deflate's kernels (png_rows)
         variant = variants.FALLBACK[variant]
         decode = _in_use(variant)
     if decode is None:
@@ -260,8 +263,18 @@ def probe_mismatch(open_image: Any) -> str | None:
     """``behaviour: ...`` unless fast decoding equals Pillow's on small probe images here.
 
     ``open_image`` is how the engine opens bytes (vLLM's allowlisted ``open_image``, or
-    ``Image.open``); patches call this from their contract before they apply.
+    ``Image.open``); patches call this from their contract before they apply, maybe inside an
+    engine's start-up, so it loads no numba kernel: a PNG is probed on libpng until
+    png-deflate's kernels are loaded (``png_rows.ready``; its exactness is the rule table's).
     """
+    _PROBING.active = True
+    try:
+        return _probe(open_image)
+    finally:
+        _PROBING.active = False
+
+
+def _probe(open_image: Any) -> str | None:
     rng = np.random.default_rng(30)
     pixels = rng.integers(0, 256, (19, 23, 4), np.uint8)
     for fmt, mode in (("JPEG", "RGB"), ("JPEG", "L"), ("PNG", "RGBA"), ("WEBP", "RGB")):

@@ -15,7 +15,9 @@ its image where Pillow accepts what we refuse: it checks no Adler-32).
 
 from __future__ import annotations
 
+import importlib.util
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -42,23 +44,45 @@ def image_data(data: bytes) -> memoryview | bytes:
 
 
 def warm_up(unfilters: dict[int, Callable[..., int]]) -> None:
-    """Compile (or load from numba's cache) the unfilter of every pixel size now. The
-    decoder is made where an engine patch probes the decode layer before it applies, at
-    start-up, so the first PNG request of each mode does not pay it."""
+    """Compile (or load from numba's cache) the unfilter of every pixel size at once, so a
+    process's later PNGs of another mode do not each pay it."""
     for bpp, unfilter in unfilters.items():
         unfilter(np.zeros(2 * (bpp + 1), np.uint8), np.zeros((2, bpp), np.uint8))
+
+
+_KERNELS: dict[str, Any] = {}
+_KERNELS_LOCK = threading.Lock()
+
+
+def ready() -> bool:
+    """The kernels are loaded in this process (numba imported): decoding starts nothing new."""
+    return "unfilter" in _KERNELS
+
+
+def _unfilters() -> dict[int, Callable[..., int]]:
+    """Imported on the first PNG decoded, not when the decoder is made: the decoder is made
+    while an engine patch applies, which can be inside an engine process's start-up, and
+    importing numba (llvmlite) there breaks vLLM 0.32's CPU worker, whose start-up scans
+    every loaded module's attributes (llvmlite's ``ffi.lib`` answers any name)."""
+    if not ready():
+        with _KERNELS_LOCK:
+            if not ready():
+                from .. import _numba_png_filters as kernels
+
+                warm_up(kernels.UNFILTER)
+                _KERNELS["unfilter"] = kernels.UNFILTER
+    return _KERNELS["unfilter"]
 
 
 def decoder() -> Decoder:
     """The decoder, or ImportError where numba is off or missing (``png-8bit`` then serves)."""
     if not settings.numba_allowed():
         raise ImportError("numba is switched off (VLM_FASTPATH_NUMBA=0)")
+    if importlib.util.find_spec("numba") is None:
+        raise ImportError("numba is not installed")
     import imagecodecs
 
-    from .. import _numba_png_filters as kernels
-
     inflate: Any = imagecodecs.deflate_decode
-    warm_up(kernels.UNFILTER)
 
     def decode(data: bytes, out: np.ndarray) -> np.ndarray:
         width, height = struct.unpack_from(">II", data, 16)
@@ -66,12 +90,13 @@ def decoder() -> Decoder:
         stride = rows.shape[1]
         if stride % width or not 1 <= stride // width <= 4:
             raise PngRowsError(f"a {out.shape} output does not hold {width}x{height} pixels")
+        unfilter = _unfilters()[stride // width]
         raw = empty_output((height * (stride + 1),), np.uint8)
         stream = image_data(data)
         got = inflate(stream, out=memoryview(raw))
         if len(got) != raw.size:
             raise PngRowsError(f"the image data inflates to {len(got)} bytes, not {raw.size}")
-        bad = kernels.UNFILTER[stride // width](raw, rows)
+        bad = unfilter(raw, rows)
         if bad >= 0:
             raise PngRowsError(f"row {bad} has an unknown filter type {raw[bad * (stride + 1)]}")
         return out
