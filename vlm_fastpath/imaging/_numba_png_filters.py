@@ -46,6 +46,15 @@ def _next(kind, x, a, b, c):  # noqa: ANN001, ANN202
     return (x + _paeth(a, b, c)) & 0xFF
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _lane(kind, line, prev, cur, i, a, c):  # noqa: ANN001, ANN202
+    """Byte ``i`` of one channel's chain; returns it and the byte above (the next ``a, c``)."""
+    b = np.int64(prev[i])
+    a = _next(kind, np.int64(line[i]), a, b, c)
+    cur[i] = a
+    return a, b
+
+
 def _chained_row(kind: int, bpp: int):  # noqa: ANN202
     """Sub, Average or Paeth on rows of ``bpp``-byte pixels, both fixed when compiled (the
     branches on them fold away): one register chain per channel, side by side."""
@@ -55,25 +64,13 @@ def _chained_row(kind: int, bpp: int):  # noqa: ANN202
         a0 = a1 = a2 = a3 = 0
         c0 = c1 = c2 = c3 = 0
         for i in range(0, cur.shape[0], bpp):
-            b0 = np.int64(prev[i])
-            a0 = _next(kind, np.int64(line[i]), a0, b0, c0)
-            cur[i] = a0
-            c0 = b0
+            a0, c0 = _lane(kind, line, prev, cur, i, a0, c0)
             if bpp > 1:
-                b1 = np.int64(prev[i + 1])
-                a1 = _next(kind, np.int64(line[i + 1]), a1, b1, c1)
-                cur[i + 1] = a1
-                c1 = b1
+                a1, c1 = _lane(kind, line, prev, cur, i + 1, a1, c1)
             if bpp > 2:
-                b2 = np.int64(prev[i + 2])
-                a2 = _next(kind, np.int64(line[i + 2]), a2, b2, c2)
-                cur[i + 2] = a2
-                c2 = b2
+                a2, c2 = _lane(kind, line, prev, cur, i + 2, a2, c2)
             if bpp > 3:
-                b3 = np.int64(prev[i + 3])
-                a3 = _next(kind, np.int64(line[i + 3]), a3, b3, c3)
-                cur[i + 3] = a3
-                c3 = b3
+                a3, c3 = _lane(kind, line, prev, cur, i + 3, a3, c3)
 
     return row
 
