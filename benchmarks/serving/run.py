@@ -57,7 +57,7 @@ LOAD = "vllm.MediaConnector.load"  # the probe's tag for loading (decoding) one 
 
 PROBE_RE = re.compile(
     r"VLMFP_PROBE pid=(\d+) proc=(\S+) items=(\d+) ms=([\d.]+) fastpath=(\S+)"
-    r"(?: patches=(\S+))?(?: dtype=(\S+))?(?: via=(\S+))?"
+    r"(?: patches=(\S+))?(?: dtype=(\S+))?(?: via=(\S+))?(?: width=(\S+))?"
 )
 # ``via=check``: vlm_fastpath's one-time compatibility probe (small images through both the
 # engine's processor and ours before the twin is handed out), not a request's preprocessing.
@@ -358,7 +358,8 @@ def probe_calls(log_text: str) -> list[dict]:
     for m in PROBE_RE.finditer(log_text):
         patches = int(m[6]) if m[6] and m[6].isdigit() else None
         out.append({"pid": int(m[1]), "proc": m[2], "items": int(m[3]), "ms": float(m[4]),
-                    "fastpath": m[5], "patches": patches, "dtype": m[7], "via": m[8] or "-"})
+                    "fastpath": m[5], "patches": patches, "dtype": m[7], "via": m[8] or "-",
+                    "width": int(m[9]) if m[9] and m[9].isdigit() else None})
     return out
 
 

@@ -65,6 +65,20 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
     ),
     "vllm-qwen-vl-image-processor": _QWEN_VLLM,
     "vllm-qwen-vl-video-processor": _QWEN_VIDEO_VLLM,
+    "vllm-qwen-compact-image-rows": (
+        "test_qwen_compact.py::test_api_server_sends_compact_rows_that_expand_to_vllms_own",
+        "test_qwen_compact.py::test_without_the_expansion_the_full_rows_are_sent",
+    ),
+    "vllm-qwen2-vl-compact-rows": (
+        "test_qwen_compact.py::test_tower_embeddings_equal_from_compact_rows",
+    ),
+    "vllm-qwen2-5-vl-compact-rows": (
+        "test_qwen_compact.py::test_tower_embeddings_equal_from_compact_rows",
+        "test_qwen_compact.py::test_encoder_data_parallel_path_expands",
+    ),
+    "vllm-qwen3-vl-compact-rows": (
+        "test_qwen_compact.py::test_tower_embeddings_equal_from_compact_rows",
+    ),
     # SGLang
     "sglang-batched-feature-h2d": ("test_mm_utils_h2d.py",),
     "sglang-vectorized-mm-grid-counts": ("test_grid_counts.py",),

@@ -33,7 +33,7 @@ from ..imaging.output_pool import empty_output
 from ..imaging.pillow_pixels import rgbx_copy, rgbx_view
 from ..imaging.resize_pool import get_pool, pool_size, wait_all
 from ..imaging.torch_taps import AxisTaps, axis_taps
-from . import speculative
+from . import compact, speculative
 from .config import PIL, TORCHVISION, QwenImageConfig
 from .errors import QwenConfigError, QwenInputError
 from .hf_config import config_from_hf
@@ -262,6 +262,7 @@ class FastQwen2VLImageProcessor:
         """Resize, normalize and patchify every image into one batch.
 
         Returns ``pixel_values`` ``[patches, 3 * temporal_patch_size * patch_size**2]``
+        (``[patches, 3 * patch_size**2]`` inside ``compact.emitting()``)
         (float32; uint8 in torchvision mode with rescale and normalize both off) and
         ``image_grid_thw`` int64 ``[images, 3]``, as a ``BatchFeature`` when transformers is
         importable. Per-call kwargs override the settings as in transformers (``size``, then
@@ -285,6 +286,9 @@ class FastQwen2VLImageProcessor:
             kwargs.pop(key, None)
         _follow_lone_limits(kwargs, self.rgb_rules)
         config = self.config.with_overrides(kwargs) if kwargs else self.config
+        if config.temporal_patch_size > 1 and compact.wanted():
+            # each patch once (``compact``): the engine's tower restores the temporal copies
+            config = replace(config, temporal_patch_size=1)
         # what the engine asks for (vLLM's device normalization asks for bytes): the settings
         # work started on a decoding image guesses (``speculative``)
         self.last_config = config

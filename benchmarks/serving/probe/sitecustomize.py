@@ -35,6 +35,7 @@ import threading
 import time
 
 LOAD = "vllm.MediaConnector.load"
+TOWER_INPUT = "vllm.Qwen2_5_VL.image_input"
 TARGETS = {
     "vlm_fastpath.kimi_integration.processor": (
         ("FusedKimiProcessor", "vlm_fastpath.FusedKimiProcessor"),
@@ -62,6 +63,11 @@ TARGETS = {
     ),
     # Loading one media item from its URL (vLLM's MediaConnector: base64 or file read and the
     # decode, by vLLM's loader or, with the plugin, ours): the decode part of preprocessing.
+    # The engine side: what the Qwen2.5-VL model receives (``width``: its rows' width, compact
+    # rows are half the full ones: ``vllm-qwen-compact-image-rows``).
+    "vllm.model_executor.models.qwen2_5_vl": (
+        ("Qwen2_5_VLForConditionalGeneration", TOWER_INPUT, "_process_image_input"),
+    ),
     "vllm.multimodal.media.connector": (
         ("MediaConnector", LOAD, "_load_data_url"),
         ("MediaConnector", LOAD, "_load_file_url"),
@@ -111,6 +117,19 @@ def _patches(result) -> str:
         return "? dtype=?"
 
 
+def _width(result, args: tuple, tag: str) -> str:
+    """The rows' width: of the input's pixel_values for the model's method, else of the
+    returned ones."""
+    try:
+        data = args[0] if tag == TOWER_INPUT else result
+        pixels = data.get("pixel_values")
+        if pixels is None:
+            pixels = data["pixel_values_videos"]
+        return str(int(pixels.shape[-1]))
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
 def _via() -> str:
     try:
         frame = sys._getframe(2)
@@ -142,7 +161,7 @@ def _wrap(cls: type, tag: str, method: str = "preprocess") -> None:
                 sys.stderr.write(
                     f"VLMFP_PROBE pid={os.getpid()} proc={tag} items={_count_items(args, kwargs)}"
                     f" ms={ms:.1f} fastpath={_applied_patches()} patches={_patches(result)}"
-                    f" via={_via()}\n"
+                    f" via={_via()} width={_width(result, args, tag)}\n"
                 )
                 sys.stderr.flush()
             except Exception:  # noqa: BLE001

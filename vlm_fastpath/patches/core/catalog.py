@@ -19,6 +19,7 @@ PATCH_FOLDERS: tuple[str, ...] = (
     "vlm_fastpath.patches.vllm.fast_image_decode",
     "vlm_fastpath.patches.vllm.threaded_mm_hash",
     "vlm_fastpath.patches.vllm.vision_chunk_hash",
+    "vlm_fastpath.patches.vllm.qwen_compact_images",
     "vlm_fastpath.patches.sglang.batched_h2d",
     "vlm_fastpath.patches.sglang.vision_max_seqlen",
     "vlm_fastpath.patches.sglang.encoder_dp_ipc",
