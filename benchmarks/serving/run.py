@@ -54,6 +54,7 @@ OURS_QWEN_VIDEO = "vlm_fastpath.FastQwen2VLVideoProcessor"
 QWEN_VIDEO_PROC = "transformers.Qwen2VLVideoProcessor"
 MEDIA = CACHE / "media"
 LOAD = "vllm.MediaConnector.load"  # the probe's tag for loading (decoding) one media item
+TOWER_INPUT = "vllm.Qwen2_5_VL.image_input"  # the probe's tag for what the model receives
 
 PROBE_RE = re.compile(
     r"VLMFP_PROBE pid=(\d+) proc=(\S+) items=(\d+) ms=([\d.]+) fastpath=(\S+)"

@@ -113,3 +113,72 @@ def test_kimi_image_request_served_by_vlm_fastpath(tmp_path: Path) -> None:
     assert sum(c["proc"] == e2e.LOAD for c in lines) == 1  # its image loaded once, logged
     print(f"\nsmoke: healthy after {startup:.1f} s; request preprocessed by {e2e.OURS} in "
           f"{calls[0]['ms']:.0f} ms; total {time.monotonic() - t0:.1f} s")
+
+
+def _chat_answer(base_url: str, model: str, image_url: str) -> dict:
+    """Greedy, 4 tokens, with their logprobs: what the served model made of the image."""
+    body = {
+        "model": model, "max_tokens": 4, "temperature": 0, "logprobs": True,
+        "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": image_url}},
+            {"type": "text", "text": "Describe this image."},
+        ]}],
+    }
+    req = urllib.request.Request(
+        base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        assert resp.status == 200
+        answer = json.loads(resp.read())
+    choice = answer["choices"][0]
+    return {"text": choice["message"]["content"],
+            "logprobs": [(t["token"], t["logprob"]) for t in choice["logprobs"]["content"]],
+            "prompt_tokens": answer["usage"]["prompt_tokens"]}
+
+
+def _serve_qwen_once(tmp_path: Path, mode: str, image_url: str) -> tuple[dict, str, int]:
+    spec = e2e.MODELS["qwen"]
+    model_dir = e2e.CACHE / "models" / spec.checkpoint
+    log_path = tmp_path / f"qwen-{mode}.log"
+    server = e2e.start_server(ENV_DIR, model_dir, spec, mode, e2e.free_port(), log_path)
+    try:
+        try:
+            e2e.wait_healthy(server, timeout=400)
+        except Exception as exc:
+            pytest.fail(f"server did not start: {exc}\n{server.tail()}")
+        before = len(log_path.read_text(errors="replace"))
+        answer = _chat_answer(server.base_url, str(model_dir), image_url)
+        _wait_for_processor_lines(log_path, before)
+    finally:
+        e2e.stop_server(server)
+    return answer, log_path.read_text(errors="replace"), before
+
+
+def test_qwen_image_rows_reach_the_engine_once(tmp_path: Path) -> None:
+    """Qwen2.5-VL (``vllm-qwen-compact-image-rows``): with the plugin the API server's
+    processor writes each patch once and the model in the engine core receives those compact
+    rows (half the width); without it both are full; the served answer (greedy tokens and
+    their logprobs) is the same."""
+    spec = e2e.MODELS["qwen"]
+    subprocess.run([sys.executable, "-m", "benchmarks.serving.checkpoints", spec.checkpoint],
+                   check=True, cwd=e2e.ROOT)
+    image_url = _image_data_url(448)
+    widths = {}
+    answers = {}
+    for mode in ("with", "without"):
+        answer, log, before = _serve_qwen_once(tmp_path, mode, image_url)
+        answers[mode] = answer
+        proof = e2e.check_proof(spec, mode, log, requests=0, images=0)
+        assert not proof["problems"], proof
+        api_pid = proof["api_server_pid"]
+        calls = e2e.probe_calls(log[before:])
+        made = [c["width"] for c in calls
+                if c["pid"] == api_pid and c["proc"] in (e2e.OURS_QWEN, e2e.QWEN_PROC)
+                and c["via"] != e2e.CHECK]
+        received = [c["width"] for c in calls if c["proc"] == e2e.TOWER_INPUT]
+        widths[mode] = (made, received)
+    assert widths["with"] == ([3 * 14 * 14], [3 * 14 * 14]), widths
+    assert widths["without"] == ([3 * 2 * 14 * 14], [3 * 2 * 14 * 14]), widths
+    assert answers["with"] == answers["without"], answers
+    assert answers["with"]["prompt_tokens"] > 64  # the image's placeholder tokens are there
