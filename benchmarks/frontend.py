@@ -28,9 +28,17 @@ as a base64 data URL, every request a processor-cache miss (a new file each roun
   over a ZMQ ``ipc://`` socket) to a stand-in engine core in another process, until it has
   received them all.
 
-Not measured yet (issue #51): the rest of the request build (the ``EngineCoreRequest``), a
-processor-cache hit, a video. ``cpu`` is the process CPU time of the stages above (threads
-included), ``wall`` their sum. Models: Kimi K2.5 (vLLM's Kimi processing info on a tiny local
+``cpu`` is the process CPU time of the stages above (threads included), ``wall`` their sum.
+For Qwen an ``InputProcessor`` is built from the model's ``VllmConfig`` first, as every API
+server builds one: with the plugin it records that every engine process runs from this node,
+so the image rows leave compact (``vllm-qwen-compact-image-rows``); the exactness check expands
+them back.
+
+Whole requests (``--whole``, Qwen): ``InputProcessor.process_inputs`` on the decoded image (or a
+decoded 32x1280x720 clip), the path that builds the ``EngineCoreRequest`` (renderer, hashing,
+vLLM's processor cache as the config makes it, the HF call, prompt updates), then the request
+serialized with ``MsgpackEncoder`` and sent: a cache miss (a new file) and a processor-cache hit
+(the same file again). Models: Kimi K2.5 (vLLM's Kimi processing info on a tiny local
 folder) and Qwen2.5-VL (``MULTIMODAL_REGISTRY.create_processor`` on a tiny checkpoint, float32
 and uint8).
 Before timing, each side's processed tensors are checked equal (``torch.equal``).
@@ -127,11 +135,33 @@ def kimi_model(root: Path) -> Model:
     return Model("kimi-k2.5", processor, kimi=True)
 
 
+def input_processor(model_config: Any) -> Any:
+    """The API server's ``InputProcessor`` for ``model_config`` (CPU device config)."""
+    from vllm.config import DeviceConfig, VllmConfig
+    from vllm.v1.engine.input_processor import InputProcessor
+
+    return InputProcessor(VllmConfig(model_config=model_config,
+                                     device_config=DeviceConfig(device="cpu")))
+
+
 def qwen_model(root: Path, uint8: bool) -> Model:
     from benchmarks.vllm_qwen_processor import build, checkpoint
 
-    processor, _ = build(checkpoint(root), uint8=uint8)
-    return Model(f"qwen2.5-vl-{'uint8' if uint8 else 'float32'}", processor, kimi=False)
+    processor, config = build(checkpoint(root), uint8=uint8)
+    model = Model(f"qwen2.5-vl-{'uint8' if uint8 else 'float32'}", processor, kimi=False)
+    model.input_processor = input_processor(config)
+    return model
+
+
+def full_rows(processed: dict[str, Any]) -> dict[str, Any]:
+    """``processed`` with compact image rows expanded (3 channels, 14x14, 2 copies)."""
+    from vlm_fastpath.qwen_integration import compact
+
+    out = dict(processed)
+    rows = out.get("pixel_values")
+    if rows is not None and compact.is_compact(rows, 3, 2, 14):
+        out["pixel_values"] = compact.expand(rows, 3, 2, 14)
+    return out
 
 
 def hashes(items: Any) -> Any:
@@ -252,7 +282,7 @@ def bench(model: Model, image: str, rounds: int, engine: EngineCoreStandIn) -> d
         _, _, _, _ = one_request(model, bodies[-2], engine)  # warm-up of the plain path
     finally:
         vlm_fastpath.apply("vllm")
-    exact = same(ours, theirs)
+    exact = same(full_rows(ours), theirs)
     del ours, theirs
     walls: dict[str, list[dict[str, float]]] = {"with": [], "without": []}
     cpus: dict[str, list[float]] = {"with": [], "without": []}
@@ -278,6 +308,98 @@ def bench(model: Model, image: str, rounds: int, engine: EngineCoreStandIn) -> d
         row[side]["cpu"] = statistics.median(cpus[side])
         row[side]["sent_mib"] = sent[side] / 2**20
     return row
+
+
+QWEN_PROMPT = ("<|im_start|>user\n<|vision_start|><|{}_pad|><|vision_end|>Describe it.<|im_end|>\n"
+               "<|im_start|>assistant\n")
+WHOLE_ITEMS = ("jpeg-1280x960", "jpeg-4032x3024", "video-32x1280x720")
+WHOLE_STAGES = ("request", "serialize", "send")
+
+
+def whole_prompt(item: str, seed: int) -> dict[str, Any]:
+    """A raw prompt with one decoded item (a new one per seed: a processor-cache miss)."""
+    import numpy as np
+    from vllm.multimodal.media.image import ImageMediaIO
+
+    if item.startswith("video"):
+        from benchmarks.vllm_qwen_processor import video_item
+
+        frames = np.random.default_rng(seed).integers(0, 256, (32, 720, 1280, 3), np.uint8)
+        return {"prompt": QWEN_PROMPT.format("video"),
+                "multi_modal_data": {"video": video_item(frames)}}
+    fmt, width, height = IMAGES[item]
+    media = ImageMediaIO().load_bytes(encoded(fmt, width, height, seed))
+    return {"prompt": QWEN_PROMPT.format("image"), "multi_modal_data": {"image": media}}
+
+
+def whole_request(ip: Any, prompt: dict[str, Any], rid: str,
+                  engine: EngineCoreStandIn) -> tuple[dict[str, float], float, int, Any]:
+    """``process_inputs`` (the EngineCoreRequest), its serialization and send."""
+    from vllm import SamplingParams
+    from vllm.v1.serial_utils import MsgpackEncoder
+
+    wall: dict[str, float] = {}
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    request = ip.process_inputs(rid, prompt, SamplingParams(max_tokens=16), ("generate",))
+    t1 = time.perf_counter()
+    frames = MsgpackEncoder().encode(request)
+    t2 = time.perf_counter()
+    sent = engine.send(frames)
+    t3 = time.perf_counter()
+    cpu = (time.process_time() - cpu0) * 1000.0
+    wall.update(request=(t1 - t0) * 1e3, serialize=(t2 - t1) * 1e3, send=(t3 - t2) * 1e3)
+    return wall, cpu, sent, request
+
+
+def bench_whole(model: Model, item: str, rounds: int,
+                engine: EngineCoreStandIn) -> dict[str, Any]:
+    """Whole requests, cache miss then hit (the same item again), with and without."""
+    import vlm_fastpath
+
+    samples: dict[tuple[str, str], list[tuple[dict[str, float], float, int]]] = {}
+    counter = iter(range(10**6))
+    seed = 1000
+    for r in range(rounds + 1):  # round 0 warms both sides up
+        for side in (("with", "without") if r % 2 == 0 else ("without", "with")):
+            seed += 1
+            prompt = whole_prompt(item, seed)
+            if side == "without":
+                vlm_fastpath.revert("vllm")
+            try:
+                for cache in ("miss", "hit"):
+                    wall, cpu, sent, _ = whole_request(model.input_processor, prompt,
+                                                       f"r{next(counter)}", engine)
+                    if r:
+                        samples.setdefault((side, cache), []).append((wall, cpu, sent))
+            finally:
+                if side == "without":
+                    vlm_fastpath.apply("vllm")
+            del prompt
+    row: dict[str, Any] = {"model": model.name, "item": item}
+    for (side, cache), got in samples.items():
+        entry = {stage: statistics.median(w[stage] for w, _, _ in got) for stage in WHOLE_STAGES}
+        entry["wall"] = statistics.median(sum(w.values()) for w, _, _ in got)
+        entry["cpu"] = statistics.median(c for _, c, _ in got)
+        entry["sent_mib"] = got[-1][2] / 2**20
+        row[f"{side}-{cache}"] = entry
+    return row
+
+
+def report_whole(rows: list[dict[str, Any]], rounds: int) -> str:
+    lines = [f"## Whole requests (`InputProcessor.process_inputs`, serialize, send), medians of "
+             f"{rounds} rounds (ms), from the decoded item", ""]
+    head = ("| model | item | side | cache | " + " | ".join(WHOLE_STAGES)
+            + " | wall | cpu | MiB out |")
+    lines += [head, "|" + "---|" * (head.count("|") - 1)]
+    for row in rows:
+        for side in ("with", "without"):
+            for cache in ("miss", "hit"):
+                v = row[f"{side}-{cache}"]
+                stages = " | ".join(f"{v[s]:.2f}" for s in WHOLE_STAGES)
+                lines.append(f"| {row['model']} | {row['item']} | {side} | {cache} | {stages} | "
+                             f"{v['wall']:.1f} | {v['cpu']:.1f} | {v['sent_mib']:.2f} |")
+    return "\n".join(lines)
 
 
 def report(rows: list[dict[str, Any]], rounds: int) -> str:
@@ -307,8 +429,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--images", default=",".join(IMAGES))
-    parser.add_argument("--models", default="kimi,qwen-float32,qwen-uint8")
+    parser.add_argument("--models", default="kimi,qwen-float32,qwen-uint8",
+                        help="stage rows: comma list of kimi, qwen-float32, qwen-uint8 ('' none)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--whole", default="qwen-uint8",
+                        help="Qwen models for the whole-request rows ('' for none)")
+    parser.add_argument("--whole-items", default=",".join(WHOLE_ITEMS))
     args = parser.parse_args(argv)
 
     import vlm_fastpath
@@ -319,17 +445,26 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         engine = EngineCoreStandIn(Path(tmp))
-        for name in args.models.split(","):
+        for name in [n for n in args.models.split(",") if n]:
             model = (kimi_model(Path(tmp)) if name == "kimi"
                      else qwen_model(Path(tmp), uint8=name == "qwen-uint8"))
-            for image in args.images.split(","):
+            for image in [i for i in args.images.split(",") if i]:
                 rows.append(bench(model, image, args.rounds, engine))
                 print(f"done {model.name} {image}", file=sys.stderr, flush=True)
+        whole = []
+        for name in [n for n in args.whole.split(",") if n]:
+            model = qwen_model(Path(tmp), uint8=name == "qwen-uint8")
+            for item in args.whole_items.split(","):
+                whole.append(bench_whole(model, item, args.rounds, engine))
+                print(f"done whole {model.name} {item}", file=sys.stderr, flush=True)
         engine.close()
     print(report(rows, args.rounds))
+    if whole:
+        print()
+        print(report_whole(whole, args.rounds))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"stages": rows, "whole": whole}, indent=1))
     ok = all(row["exact"] for row in rows)
     if not ok:
         print("NOT EXACT: see the 'exact' column", file=sys.stderr)
