@@ -37,6 +37,20 @@ def trigger_absent(trigger: str) -> bool:
         return False
 
 
+def outside_range(patch: Patch) -> str | None:
+    """``"<engine> <version> is outside <range>"`` where the installed release is known and
+    outside the patch's range, else None (engine absent, or in range)."""
+    version = engine_version(patch.engine)
+    release = release_of(version) if version else None
+    if release is None:
+        return None
+    try:
+        in_range = release in SpecifierSet(patch.versions)
+    except InvalidSpecifier:
+        in_range = False
+    return None if in_range else f"{patch.engine} {version} is outside {patch.versions}"
+
+
 def release_key(release: str) -> tuple[int, object]:
     parsed = release_of(release)
     return (0, release) if parsed is None else (1, parsed)
