@@ -69,6 +69,9 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
         "test_qwen_compact.py::test_api_server_sends_compact_rows_that_expand_to_vllms_own",
         "test_qwen_compact.py::test_without_the_expansion_the_full_rows_are_sent",
     ),
+    "vllm-qwen-compact-mixed-batch": (
+        "test_qwen_compact.py::test_a_batch_mixing_compact_and_full_rows_is_not_padded",
+    ),
     "vllm-qwen2-vl-compact-rows": (
         "test_qwen_compact.py::test_tower_embeddings_equal_from_compact_rows",
     ),

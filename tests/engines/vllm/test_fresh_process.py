@@ -26,9 +26,10 @@ QWEN_APPLIED = dict.fromkeys(("vllm-qwen-vl-image-processor", "vllm-qwen-vl-vide
                              "applied")
 # Their modules (the Qwen towers, the API server's InputProcessor) are not imported by a Kimi
 # processor's build: waiting for them.
-COMPACT_PENDING = dict.fromkeys(("vllm-qwen-compact-image-rows", "vllm-qwen2-vl-compact-rows",
+COMPACT_STATUSES = dict.fromkeys(("vllm-qwen-compact-image-rows", "vllm-qwen2-vl-compact-rows",
                                  "vllm-qwen2-5-vl-compact-rows", "vllm-qwen3-vl-compact-rows"),
                                 "pending")
+COMPACT_STATUSES["vllm-qwen-compact-mixed-batch"] = "applied"  # vllm.multimodal.inputs is loaded
 
 
 def _probe(scenario: str, model_dir: Path, **env: str) -> dict:
@@ -63,7 +64,7 @@ def _expected(version: Version) -> dict[str, str]:
             "vllm-threaded-mm-hash": "applied",
             "vllm-vision-chunk-hash-bytes": "applied",
             **QWEN_APPLIED,
-            **COMPACT_PENDING,
+            **COMPACT_STATUSES,
         }
     return {
         "vllm-processor-cls-overrides": "applied",
@@ -76,7 +77,7 @@ def _expected(version: Version) -> dict[str, str]:
         "vllm-threaded-mm-hash": "applied",
         "vllm-vision-chunk-hash-bytes": "applied",
         **QWEN_APPLIED,
-        **COMPACT_PENDING,
+        **COMPACT_STATUSES,
     }
 
 

@@ -366,3 +366,26 @@ def test_payload_to_the_engine_core_is_halved(qwen25, forget_topology):
                    for buf in MsgpackEncoder().encode(item))
 
     assert size(ours) < 0.55 * size(theirs)
+
+
+def test_a_batch_mixing_compact_and_full_rows_is_not_padded():
+    """vLLM's own batching of one field (``MultiModalFlatField``): compact items next to full
+    ones are expanded, never zero-padded; other batches are vLLM's."""
+    from vllm.multimodal.inputs import MultiModalFlatField
+
+    field = MultiModalFlatField(slices=[[slice(0, 1)]], dim=0)
+    gen = torch.Generator().manual_seed(7)
+    narrow = torch.randint(0, 256, (5, 3 * 14 * 14), generator=gen, dtype=torch.uint8)
+    full = torch.randint(0, 256, (4, 3 * 2 * 14 * 14), generator=gen, dtype=torch.uint8)
+    planes = narrow.reshape(5, 3, 14, 14)
+    narrow_as_full = torch.stack([planes, planes], dim=2).reshape(5, -1)
+    got = field._reduce_data([full, narrow], pin_memory=False)
+    assert torch.equal(got, torch.cat([full, narrow_as_full]))
+    # widths of no Qwen geometry: vLLM's own padding, untouched
+    other = [torch.ones(2, 6), torch.ones(3, 4)]
+    padded = field._reduce_data(other, pin_memory=False)
+    vlm_fastpath.revert("vllm", patches=["vllm-qwen-compact-mixed-batch"])
+    assert torch.equal(padded, field._reduce_data(other, pin_memory=False))
+    # without the guard vLLM pads the compact rows with zeros (the test can fail)
+    unguarded = field._reduce_data([full, narrow], pin_memory=False)
+    assert not torch.equal(unguarded, torch.cat([full, narrow_as_full]))

@@ -24,6 +24,7 @@ logger = get_logger("vlm_fastpath.patches")
 INPUT_PROCESSOR = "vllm.v1.engine.input_processor"
 CONTEXT = "vllm.multimodal.processing.context"
 PATCH = "vllm-qwen-compact-image-rows"
+GUARD = "vllm-qwen-compact-mixed-batch"
 _MODELS = "vllm.model_executor.models."
 # Served architecture -> (its module, the tower it builds, the patch that makes it expand).
 ARCHS: dict[str, tuple[str, str, str]] = {
@@ -105,8 +106,10 @@ def why_full(ctx: Any) -> str:
         return _NOT_TOWER
     arch = archs[0]
     reason = _tower_clause(arch)
-    if not reason and ARCHS[arch][2] not in REGISTRY.installed():
-        reason = f"{ARCHS[arch][2]} is not applied in this process"
+    installed = REGISTRY.installed() if not reason else []
+    for needed in (ARCHS[arch][2], GUARD):
+        if not reason and needed not in installed:
+            reason = f"{needed} is not applied in this process"
     if not reason:
         seen = _TOPOLOGY.get(id(config))
         if seen is None or seen[0] is not config:
