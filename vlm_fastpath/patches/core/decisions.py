@@ -37,18 +37,21 @@ def trigger_absent(trigger: str) -> bool:
         return False
 
 
-def outside_range(patch: Patch) -> str | None:
-    """``"<engine> <version> is outside <range>"`` where the installed release is known and
-    outside the patch's range, else None (engine absent, or in range)."""
+def below_range(patch: Patch) -> str | None:
+    """``"<engine> <version> is outside <range>"`` where the installed release is older than the
+    patch's lower bound (it can never apply there: its modules need not even import), else
+    None (engine absent, in range, or above a cap, where the upstream detector speaks first)."""
     version = engine_version(patch.engine)
     release = release_of(version) if version else None
     if release is None:
         return None
     try:
-        in_range = release in SpecifierSet(patch.versions)
+        lower = [s for s in SpecifierSet(patch.versions) if s.operator in (">=", ">")]
     except InvalidSpecifier:
-        in_range = False
-    return None if in_range else f"{patch.engine} {version} is outside {patch.versions}"
+        return None
+    if any(not s.contains(release, prereleases=True) for s in lower):
+        return f"{patch.engine} {version} is outside {patch.versions}"
+    return None
 
 
 def release_key(release: str) -> tuple[int, object]:

@@ -11,7 +11,7 @@ import logging
 import os
 
 from .base import Patch, PatchResult, PatchStatus
-from .decisions import outside_range, precheck
+from .decisions import below_range, precheck
 from .engine_versions import engine_version
 
 
@@ -22,10 +22,10 @@ def preview(patch: Patch, result: PatchResult) -> PatchResult:
         early.status is not PatchStatus.PENDING or early.engine_version is None
     ):
         return early  # disabled, trigger absent from this release, or engine not installed
-    outside = outside_range(patch) if early is not None else None
-    if outside:
+    below = below_range(patch) if early is not None else None
+    if below:
         # Its module is not imported (or does not import here); the release alone decides.
-        early.status, early.reason = PatchStatus.UNSUPPORTED_VERSION, outside
+        early.status, early.reason = PatchStatus.UNSUPPORTED_VERSION, below
         return early
     shown = early or PatchResult(
         patch.name, patch.engine, PatchStatus.PENDING,
