@@ -18,6 +18,7 @@ from typing import Any
 from ...._log import get_logger
 from ...core.base import Patch, PatchContext, signature_clause, source_text
 from ...core.registry import REGISTRY, register
+from ..qwen_vl_processor.multimodal_processing_context import model_of
 
 logger = get_logger("vlm_fastpath.patches")
 
@@ -81,30 +82,31 @@ def forget() -> None:
         _TOPOLOGY.clear()
 
 
-@functools.cache
+_BUILDS_TOWER: set[str] = set()  # architectures whose model class was seen building its tower
+
+
 def _tower_clause(arch: str) -> str:
+    """Empty where ``arch``'s model class builds the tower that expands (remembered once true;
+    a model module not loaded yet is asked again on the next call)."""
+    if arch in _BUILDS_TOWER:
+        return ""
     module_name, tower, _ = ARCHS[arch]
-    module = sys.modules.get(module_name)
-    model = getattr(module, arch, None)
+    model = getattr(sys.modules.get(module_name), arch, None)
     if model is None:
         return f"{module_name}.{arch} is not loaded"
     if not any(f"{tower}(" in source_text(klass.__init__) for klass in type.mro(model)
                if "__init__" in klass.__dict__):
         return f"{arch} does not build {tower}"
+    _BUILDS_TOWER.add(arch)
     return ""
 
 
 def why_full(ctx: Any) -> str:
     """Empty where this context's model gets compact rows, else why the full rows are sent."""
-    try:
-        config = ctx.model_config
-    except Exception:  # noqa: BLE001 - no model config: nothing known, full rows
-        return "no model config"
-    archs = getattr(config, "architectures", None) or getattr(
-        getattr(config, "hf_config", None), "architectures", None) or ()
-    if len(archs) != 1 or archs[0] not in ARCHS:
+    arch, _ = model_of(ctx)  # the image patch's reading of the served architecture(s)
+    if arch not in ARCHS:
         return _NOT_TOWER
-    arch = archs[0]
+    config = ctx.model_config
     reason = _tower_clause(arch)
     installed = REGISTRY.installed() if not reason else []
     for needed in (ARCHS[arch][2], GUARD):
