@@ -41,6 +41,14 @@ def wanted() -> bool:
     return _WANTED.get()
 
 
+def geometry(tower: Any) -> tuple[int, int, int]:
+    """``(channels, temporal, patch)`` of a Qwen vision tower, read from its own patch
+    embedding (``patch_embed``: its temporal and spatial patch sizes, its projection's input
+    channels); every engine's Qwen towers keep these names."""
+    embed = tower.patch_embed
+    return int(embed.proj.in_channels), int(embed.temporal_patch_size), int(embed.patch_size)
+
+
 def is_compact(pixel_values: Any, channels: int, temporal: int, patch: int) -> bool:
     """A 2-D batch of compact rows (``channels * patch**2`` wide) for a tower whose full rows
     are ``temporal`` times wider; never true where ``temporal`` is 1 (the layouts coincide)."""

@@ -130,7 +130,7 @@ def _module(name: str):
 
 def _rows(tower, uint8: bool, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Compact rows for ``GRIDS`` in the tower's geometry, and the same rows full."""
-    from vlm_fastpath.patches.vllm.qwen_compact_images.models_qwen_vision import geometry
+    from vlm_fastpath.qwen_integration.compact import geometry
 
     channels, temporal, patch = geometry(tower)
     gen = torch.Generator().manual_seed(seed)

@@ -24,12 +24,6 @@ _LAYOUT = re.compile(
 )
 
 
-def geometry(tower: Any) -> tuple[int, int, int]:
-    """``(channels, temporal, patch)`` of a tower's patch embedding."""
-    embed = tower.patch_embed
-    return int(embed.proj.in_channels), int(embed.temporal_patch_size), int(embed.patch_size)
-
-
 def make_forward(original: Any) -> Any:
     """The tower's ``forward`` taking compact rows too (no containment: the release's own
     forward cannot read compact rows, so there is nothing to fall back to)."""
@@ -37,7 +31,7 @@ def make_forward(original: Any) -> Any:
 
     @functools.wraps(original)
     def forward(self: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
-        channels, temporal, patch = geometry(self)
+        channels, temporal, patch = compact.geometry(self)
         if compact.is_compact(x, channels, temporal, patch):
             device = self.patch_embed.proj.weight.device
             x = compact.expand(x.to(device=device), channels, temporal, patch)
