@@ -24,6 +24,7 @@ SGLANG_MODULES = (
     "sglang.srt.utils.cuda_ipc_transport_utils",
     "sglang.srt.multimodal.mm_utils",
     "sglang.srt.multimodal.processors.base_processor",
+    "sglang.srt.models.qwen2_vl",
     "sglang.srt.models.qwen2_5_vl",
     "sglang.srt.models.qwen3_vl",
     "sglang.srt.models.qwen3_vl_moe",
@@ -114,6 +115,10 @@ for _version in EXPECTED:
 for _version in EXPECTED:
     EXPECTED[_version]["sglang-qwen-vl-cpu-image-processor"] = "applied"
     EXPECTED[_version]["sglang-qwen-vl-cpu-video-processor"] = "applied"
+    # compact Qwen-VL image items (the tokenizer side and the three models' expansion)
+    for _name in ("sglang-qwen-compact-image-rows", "sglang-qwen2-vl-compact-rows",
+                  "sglang-qwen2-5-vl-compact-rows", "sglang-qwen3-vl-compact-rows"):
+        EXPECTED[_version][_name] = "applied"
 
 
 def _present(names):

@@ -108,9 +108,22 @@ def cpu_path(monkeypatch):
     adapter.forget_views()
 
 
+def full_rows(pixel_values: torch.Tensor, mm) -> torch.Tensor:
+    """Image rows as the model's tower reads them: compact rows (each patch once,
+    ``sglang-qwen-compact-image-rows``) expanded, full rows as they are."""
+    from vlm_fastpath.qwen_integration import compact
+
+    image_processor = mm._processor.image_processor
+    temporal, patch = image_processor.temporal_patch_size, image_processor.patch_size
+    if compact.is_compact(pixel_values, 3, temporal, patch):
+        return compact.expand(pixel_values, 3, temporal, patch)
+    return pixel_values
+
+
 def _run(mm, images) -> dict[str, torch.Tensor]:
     text = "Describe " + " and ".join([PROMPT_IMAGE] * len(images)) + "."
-    out = mm.process_mm_data(input_text=text, images=images)
+    out = dict(mm.process_mm_data(input_text=text, images=images))
+    out["pixel_values"] = full_rows(out["pixel_values"], mm)
     return {k: out[k] for k in ("input_ids", "pixel_values", "image_grid_thw")}
 
 

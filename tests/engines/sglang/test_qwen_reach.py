@@ -34,6 +34,7 @@ from .test_qwen_processor import (  # noqa: F401 - fixtures
     _run,
     checkpoints,
     cpu_path,
+    full_rows,
 )
 from .test_qwen_video_processor import (
     QWEN_VL,
@@ -97,9 +98,27 @@ def _gather(pool, function, count: int, **kwargs) -> list:
     return asyncio.run(many())
 
 
-def _same(ours: dict, theirs: dict, keys=KEYS) -> None:
+def _same(ours: dict, theirs: dict, keys=KEYS, mm=None) -> None:
+    """Equal outputs; with ``mm``, image rows compared as the model reads them (compact rows
+    expanded: ``sglang-qwen-compact-image-rows``)."""
     for key in keys:
-        assert ours[key].dtype == theirs[key].dtype and torch.equal(ours[key], theirs[key]), key
+        got = full_rows(ours[key], mm) if mm is not None and key == "pixel_values" else ours[key]
+        assert got.dtype == theirs[key].dtype and torch.equal(got, theirs[key]), key
+
+
+def _compact_where_served(mm, architecture: str, pixel_values: torch.Tensor) -> None:
+    """The models whose SGLang class expands compact rows got them through this door."""
+    from vlm_fastpath.patches.sglang.qwen_compact_images import (
+        multimodal_processors_base_processor as compact_side,
+    )
+
+    width = pixel_values.shape[1]
+    image_processor = mm._processor.image_processor
+    patch, temporal = image_processor.patch_size, image_processor.temporal_patch_size
+    if architecture in compact_side.ARCHS:
+        assert width == 3 * patch * patch < 3 * temporal * patch * patch, (architecture, width)
+    else:
+        assert width == 3 * temporal * patch * patch, (architecture, width)
 
 
 def _sglang_processor(root, name: str):
@@ -151,9 +170,10 @@ def test_every_model_holding_the_image_processor_gets_ours(applied, tmp_path_fac
     served = REGISTRY.served(PATCH)
     sub = getattr(getattr(mm, "hf_config", None), "model_type", "?")  # Omni: the thinker's
     assert "" in (served.get(architecture), served.get(f"{type(mm).__name__}({sub})")), served
+    _compact_where_served(mm, architecture, ours["pixel_values"])
     REGISTRY.revert(engine="sglang")
     theirs = mm.process_mm_data(input_text=text, images=images)
-    _same(ours, theirs)
+    _same(ours, theirs, mm=mm)
 
 
 @pytest.mark.parametrize("workers", [2, 4])
@@ -178,7 +198,8 @@ def test_worker_pool_clones_serve_qwen_images_with_ours(applied, checkpoints, im
     REGISTRY.revert(engine="sglang")
     theirs = mm.process_mm_data(input_text=text, images=images)  # transformers' answer
     for out in outs:
-        _same(out, theirs)
+        _compact_where_served(mm, mm.hf_config.architectures[0], out["pixel_values"])
+        _same(out, theirs, mm=mm)
 
 
 def _worker_processors(pool) -> list:
@@ -208,7 +229,8 @@ def test_the_async_entry_a_request_takes_runs_ours(applied, checkpoints, image_c
     assert image_calls, "the request's async entry ran transformers, not ours"
     REGISTRY.revert(engine="sglang")
     theirs = mm.process_mm_data(input_text=text, images=[image])
-    assert torch.equal(items[0].feature, theirs["pixel_values"])
+    _compact_where_served(mm, mm.hf_config.architectures[0], items[0].feature)
+    assert torch.equal(full_rows(items[0].feature, mm), theirs["pixel_values"])
 
 
 def test_worker_pool_clones_serve_qwen_videos_with_ours(applied, checkpoints, monkeypatch):  # noqa: F811

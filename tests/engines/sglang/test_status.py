@@ -34,7 +34,9 @@ def test_every_applied_patch_changed_something_and_revert_restores_identity(engi
 
 
 BEYOND_UPSTREAM = {"sglang-qwen-vl-cpu-image-processor", "sglang-qwen-vl-cpu-video-processor",
-                   "sglang-kimi-k25-fused-cpu-processor", "sglang-fast-image-decode"}
+                   "sglang-kimi-k25-fused-cpu-processor", "sglang-fast-image-decode",
+                   "sglang-qwen-compact-image-rows", "sglang-qwen2-vl-compact-rows",
+                   "sglang-qwen2-5-vl-compact-rows", "sglang-qwen3-vl-compact-rows"}
 
 
 def test_on_0_5_23_everything_stands_aside(patched):

@@ -28,6 +28,7 @@ PATCH_FOLDERS: tuple[str, ...] = (
     "vlm_fastpath.patches.sglang.qwen_vl_processor",
     "vlm_fastpath.patches.sglang.qwen_vl_video",
     "vlm_fastpath.patches.sglang.fast_image_decode",
+    "vlm_fastpath.patches.sglang.qwen_compact_images",
 )
 
 
