@@ -19,6 +19,11 @@ Sides, on the same encoded bytes, in one process, calls alternated, medians:
 Exactness, every row, both sides: ``torch.equal`` against transformers' ``Qwen2VLImageProcessor``
 (torchvision) on the image Pillow loads from the same bytes. Target (issue #30): ours faster on
 every row, and exact on every row (theirs is not on JPEG: its decoder differs from Pillow's).
+
+A third side, ours compact: the same call inside ``compact.emitting()``, as SGLang's tokenizer
+process runs it where ``sglang-qwen-compact-image-rows`` applies (each patch once; its
+expansion checked ``torch.equal`` to transformers'), and the pickled ``pixel_values`` each side
+hands to the scheduler (MiB).
 """
 
 from __future__ import annotations
@@ -101,15 +106,22 @@ def ours_and_reference() -> tuple[Callable[[bytes], Any], Callable[[bytes], Any]
     return ours, reference
 
 
-def paired(a: Callable[[], Any], b: Callable[[], Any], repeats: int) -> tuple[float, float]:
-    """Median seconds of ``a`` and ``b``, their order swapped every round."""
-    times: dict[int, list[float]] = {0: [], 1: []}
+def paired(*sides: Callable[[], Any], repeats: int) -> tuple[float, ...]:
+    """Median seconds of each side, their order reversed every other round."""
+    times: list[list[float]] = [[] for _ in sides]
+    order = list(range(len(sides)))
     for k in range(repeats):
-        for side in ((0, 1) if k % 2 == 0 else (1, 0)):
+        for side in (order if k % 2 == 0 else order[::-1]):
             t0 = time.perf_counter()
-            (a, b)[side]()
+            sides[side]()
             times[side].append(time.perf_counter() - t0)
-    return statistics.median(times[0]), statistics.median(times[1])
+    return tuple(statistics.median(t) for t in times)
+
+
+def pickled_mib(tensor: Any) -> float:
+    import pickle
+
+    return len(pickle.dumps(tensor)) / 2**20
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from benchmarks.decode_libraries import encode, noisy_photo, photo_like, screenshot_like
+    from vlm_fastpath.qwen_integration import compact
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -140,20 +153,33 @@ def main(argv: list[str] | None = None) -> int:
         ours_exact = torch.equal(ours(data), want)
         theirs = native(data)
         native_exact = theirs.shape == want.shape and torch.equal(theirs, want)
-        t_ours, t_native = paired(lambda d=data: ours(d), lambda d=data: native(d),
-                                  args.repeats)
+        with compact.emitting():
+            small = ours(data)
+        compact_exact = torch.equal(compact.expand(small, 3, 2, 14), want)
+
+        def ours_compact(d: bytes = data) -> Any:
+            with compact.emitting():
+                return ours(d)
+
+        t_ours, t_native, t_compact = paired(lambda d=data: ours(d), lambda d=data: native(d),
+                                             ours_compact, repeats=args.repeats)
         rows.append(dict(fmt=fmt, size=label, ours_ms=t_ours * 1e3,
                          native_ms=t_native * 1e3, speedup=t_native / t_ours,
-                         ours_exact=ours_exact, native_exact=native_exact))
+                         compact_ms=t_compact * 1e3, compact_speedup=t_native / t_compact,
+                         full_mib=pickled_mib(want), compact_mib=pickled_mib(small),
+                         ours_exact=ours_exact and compact_exact, native_exact=native_exact))
         print(f"done {fmt} {label}", file=sys.stderr, flush=True)
     print(f"# SGLang {sglang.__version__}: bytes -> Qwen2.5-VL pixel_values, medians of "
           f"{args.repeats} alternated calls, load {os.getloadavg()[0]:.1f}\n")
     print("| format | size | SGLang native ms | vlm-fastpath ms | ours x native | "
+          "ours compact ms | compact x native | MiB to scheduler (full / compact) | "
           "ours exact | native exact |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['fmt']} | {r['size']} | {r['native_ms']:.1f} | {r['ours_ms']:.1f} | "
-              f"{r['speedup']:.2f}x | {r['ours_exact']} | {r['native_exact']} |")
+              f"{r['speedup']:.2f}x | {r['compact_ms']:.1f} | {r['compact_speedup']:.2f}x | "
+              f"{r['full_mib']:.1f} / {r['compact_mib']:.1f} | {r['ours_exact']} | "
+              f"{r['native_exact']} |")
     faster = sum(r["speedup"] > 1 for r in rows)
     print(f"\nours faster on {faster} of {len(rows)} rows (target: every row); "
           f"exact on {sum(r['ours_exact'] for r in rows)} of {len(rows)} "

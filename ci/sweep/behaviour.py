@@ -129,6 +129,22 @@ BEHAVIOUR: dict[str, tuple[str, ...]] = {
         "test_qwen_video_processor.py::test_video_request_uses_ours_with_equal_outputs",
         "test_qwen_reach.py::test_worker_pool_clones_serve_qwen_videos_with_ours",
     ),
+    "sglang-qwen-compact-image-rows": (
+        "test_qwen_compact.py::test_tokenizer_sends_compact_rows_the_model_reads_as_full",
+        "test_qwen_compact.py::test_full_rows_where_the_model_does_not_expand",
+        "test_qwen_compact.py::test_image_artifacts_are_compact_too",
+    ),
+    "sglang-qwen2-vl-compact-rows": (
+        "test_qwen_compact.py::test_compact_items_give_the_full_rows_embeddings[qwen2_vl]",
+    ),
+    "sglang-qwen2-5-vl-compact-rows": (
+        "test_qwen_compact.py::test_compact_items_give_the_full_rows_embeddings[qwen2_5_vl]",
+        "test_qwen_compact.py::test_precomputed_embeddings_of_that_width_are_left_alone",
+    ),
+    "sglang-qwen3-vl-compact-rows": (
+        "test_qwen_compact.py::test_compact_items_give_the_full_rows_embeddings[qwen3_vl]",
+        "test_qwen_compact.py::test_compact_items_give_the_full_rows_embeddings[qwen3_vl_moe]",
+    ),
 }
 
 

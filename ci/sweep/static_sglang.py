@@ -104,6 +104,9 @@ COMMON = "sglang.srt.utils.common"
 K3 = "sglang.srt.models.kimi_k3"
 K3_PROC = "sglang.srt.multimodal.processors.kimi_k3"
 K3_UP = "sglang.srt.multimodal.kimi_k3_image_processing"
+COMPACT_MODELS = (("qwen2", "sglang.srt.models.qwen2_vl", "Qwen2VLForConditionalGeneration"),
+                  ("qwen2_5", QWEN25, "Qwen2_5_VLForConditionalGeneration"),
+                  ("qwen3", QWEN3, "Qwen3VLForConditionalGeneration"))
 
 
 def facts(r: Release) -> dict[str, object]:
@@ -150,6 +153,14 @@ def facts(r: Release) -> dict[str, object]:
         "self", "hf_config", "server_args", "_processor"] and (
         "self._processor = _processor" in r.source(BASE_PROC, base_init))
     f["processor_pool"] = r.exists("sglang.srt.multimodal.processors.executor")
+    for label, mod, cls in COMPACT_MODELS:
+        f[f"{label}_image_feature_items"] = params(
+            r.func(mod, "get_image_feature", cls=cls))[:2] == ["self", "items"]
+    f["base_process_mm_data"] = params(
+        r.func(BASE_PROC, "process_mm_data", cls="BaseMultimodalProcessor"))[:2] == [
+        "self", "input_text"]
+    f["qwen_image_artifacts"] = r.func(
+        QWEN_PROC, "prepare_artifact_batch", cls="QwenVLImageProcessor") is not None
     load = r.source(COMMON, r.func(COMMON, "_load_image"))
     f["cpu_load_opens_then_fully_loads"] = bool(r.func(COMMON, "_fully_load_pil_image")) and (
         0 <= load.find("Image.open(BytesIO(") < load.find("_fully_load_pil_image(image)"))
@@ -337,6 +348,23 @@ RULES["sglang-qwen-vl-cpu-video-processor"] = Rule(
         "BaseMultimodalProcessor.__init__ does not keep the processor as _processor"),
     ("sglang-qwen-vl-cpu-image-processor",),
     _every_model("video"))
+
+for _label, _mod, _cls in COMPACT_MODELS:
+    RULES[f"sglang-{_label.replace('_', '-')}-vl-compact-rows"] = Rule(
+        _mod, None,
+        (lambda lab, cls: lambda f: None if f[f"{lab}_image_feature_items"] else (
+            f"{cls}.get_image_feature(self, items) not found"))(_label, _cls), (),
+        (lambda cls: lambda f: f"{cls}.get_image_feature(self, items): compact image items "
+         "are expanded before it")(_cls))
+
+RULES["sglang-qwen-compact-image-rows"] = Rule(
+    QWEN_PROC, None,
+    lambda f: None if f["base_process_mm_data"] else (
+        "BaseMultimodalProcessor.process_mm_data(self, input_text, ...) not found"),
+    ("sglang-qwen-vl-cpu-image-processor",),
+    lambda f: "process_mm_data" + (" and the image-artifact prepare_artifact_batch"
+                                   if f["qwen_image_artifacts"] else "")
+    + " emit compact rows where the served model expands them")
 
 
 def statuses(r: Release, f: dict, specs: dict[str, str]) -> list[tuple[str, str, str]]:
