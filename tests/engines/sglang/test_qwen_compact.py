@@ -112,7 +112,7 @@ def _attention_rank_zero():
         from sglang.srt.runtime_context import get_parallel
     except ImportError:
         return contextlib.nullcontext()
-    return get_parallel().override(attn_tp_rank=0, attn_tp_size=1)
+    return get_parallel().override(attn_tp_rank=0, attn_tp_size=1, tp_rank=0, tp_size=1)
 
 
 def _model(family: str):
