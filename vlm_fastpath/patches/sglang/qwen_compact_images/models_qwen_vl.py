@@ -14,19 +14,14 @@ device).
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any
 
+from ...adapters.qwen_tower import embed_clause
 from ...core.base import Patch, PatchContext, signature_clause, source_text
 from ...core.registry import register
 from .._common import module
 
 VERSIONS = ">=0.5.12"
-# How the patch embedding reads a row: [channel, temporal, py, px] (``-1`` or the channels).
-_LAYOUT = re.compile(
-    r"\.view\(\s*[\w-]+\s*,\s*(?:-1|self\.in_channels)\s*,\s*self\.temporal_patch_size\s*,"
-    r"\s*self\.patch_size\s*,\s*self\.patch_size\s*,?\s*\)"
-)
 
 
 def _rows_of(item: Any) -> int | None:
@@ -136,13 +131,7 @@ class ModelExpansionPatch(Patch):
             return clause
         if "self.visual" not in source_text(model.__init__):
             return f"structure: {self.model}.__init__ does not build self.visual"
-        embed = getattr(mod, self.embed, None)
-        if embed is None:
-            return f"structure: {self.trigger} has no {self.embed}"
-        if not _LAYOUT.search(source_text(embed.forward)):
-            return (f"structure: {self.embed}.forward does not view its rows as "
-                    "[C, temporal_patch_size, patch_size, patch_size]")
-        return None
+        return embed_clause(mod, self.embed)
 
     def apply(self, ctx: PatchContext) -> None:
         model = getattr(module(self.trigger), self.model)

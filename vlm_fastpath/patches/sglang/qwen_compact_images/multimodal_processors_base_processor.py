@@ -108,8 +108,9 @@ def make_init(original: Any) -> Any:
         except Exception as exc:  # noqa: BLE001 - unread settings: full rows, never a crash
             reason = f"settings not read ({exc!r}): full rows"
         self.__dict__[FLAG] = not reason
-        if model_of(self) in ARCHS:
-            REGISTRY.note_model(PATCH, model_of(self), reason)
+        arch = model_of(self)
+        if arch in ARCHS:
+            REGISTRY.note_model(PATCH, arch, reason)
 
     __init__.__vlm_fastpath_original__ = original  # type: ignore[attr-defined]
     return __init__

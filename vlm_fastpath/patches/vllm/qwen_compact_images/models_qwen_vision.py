@@ -9,19 +9,14 @@ rows are compact exactly when they are ``C*P*P`` wide for a tower with ``T > 1``
 from __future__ import annotations
 
 import functools
-import re
 import sys
 from typing import Any
 
+from ...adapters.qwen_tower import embed_clause
 from ...core.base import Patch, PatchContext, signature_clause, source_text
 from ...core.registry import register
 
 VERSIONS = ">=0.22"
-# The view the patch embedding reads its rows through: [channel, temporal, py, px].
-_LAYOUT = re.compile(
-    r"\.view\(\s*\w+\s*,\s*-1\s*,\s*self\.temporal_patch_size\s*,\s*self\.patch_size\s*,"
-    r"\s*self\.patch_size\s*\)"
-)
 
 
 def make_forward(original: Any) -> Any:
@@ -69,13 +64,7 @@ class TowerExpansionPatch(Patch):
             return clause
         if "self.patch_embed(" not in source_text(tower.forward):
             return f"structure: {self.tower}.forward does not feed self.patch_embed"
-        embed = getattr(module, self.embed, None)
-        if embed is None:
-            return f"structure: {self.trigger} has no {self.embed}"
-        if not _LAYOUT.search(source_text(embed.forward)):
-            return (f"structure: {self.embed}.forward does not view its rows as "
-                    "[C, temporal_patch_size, patch_size, patch_size]")
-        return None
+        return embed_clause(module, self.embed)
 
     def apply(self, ctx: PatchContext) -> None:
         tower = getattr(self._module(), self.tower)
